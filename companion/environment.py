@@ -1,0 +1,224 @@
+r"""Environment report, seeding and device choice for the chapters.
+
+Every chapter's first code cell calls :func:`seed_everything` and :func:`default_device`;
+the "Setting up" chapter prints :func:`environment_report`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import random
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = [
+    "EnvironmentReport",
+    "PackageStatus",
+    "default_device",
+    "environment_report",
+    "seed_everything",
+]
+
+#: The packages a chapter needs, with the lowest version the book is tested against and
+#: what to do when one is missing.
+REQUIRED_PACKAGES: dict[str, str] = {
+    "torch": "2.1",
+    "numpy": "1.24",
+    "matplotlib": "3.7",
+}
+
+_DEVICE_ENV = "COMPANION_DEVICE"
+
+
+def seed_everything(seed: int = 0) -> torch.Generator:
+    """Seed Python's, NumPy's and torch's global random generators.
+
+    Args:
+        seed: a non-negative integer.
+
+    Returns:
+        A fresh :class:`torch.Generator` seeded with ``seed``, for code that prefers an
+        explicit generator over the global one.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    return torch.Generator().manual_seed(seed)
+
+
+def default_device() -> torch.device:
+    """The device the chapters run on: CUDA when present, else the CPU.
+
+    Set the environment variable ``COMPANION_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``…) to
+    override the choice, e.g. ``COMPANION_DEVICE=cpu`` to reproduce the published outputs
+    on a machine with a GPU.
+    """
+    requested = os.environ.get(_DEVICE_ENV, "").strip()
+    if requested:
+        device = torch.device(requested)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"{_DEVICE_ENV} asks for {requested!r}, but torch.cuda.is_available() is False"
+            )
+        return device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@dataclass(frozen=True)
+class PackageStatus:
+    """One required package: the version found (``None`` if missing) and the minimum."""
+
+    name: str
+    minimum: str
+    found: str | None
+
+    @property
+    def ok(self) -> bool:
+        """True when the package is installed at or above its minimum version."""
+        return self.found is not None and _version_tuple(self.found) >= _version_tuple(
+            self.minimum
+        )
+
+
+@dataclass(frozen=True)
+class EnvironmentReport:
+    """What :func:`environment_report` found. ``str(report)`` is a readable table."""
+
+    python: str
+    platform: str
+    packages: tuple[PackageStatus, ...]
+    cuda_available: bool
+    cuda_devices: tuple[str, ...]
+    device: str
+    companion_path: str
+    importable_from: str
+    importable: bool
+    advice: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        """True when every package is present and recent enough and companion imports."""
+        return self.importable and all(p.ok for p in self.packages)
+
+    def __str__(self) -> str:
+        rows = [
+            ("Python", self.python),
+            ("Platform", self.platform),
+            *[
+                (p.name, f"{p.found or 'MISSING'} (need >= {p.minimum})" + ("" if p.ok else "  <-- fix"))
+                for p in self.packages
+            ],
+            ("CUDA available", "yes" if self.cuda_available else "no (the book runs on the CPU)"),
+            *[(f"  GPU {i}", name) for i, name in enumerate(self.cuda_devices)],
+            ("Chapters will use", self.device),
+            ("companion found at", self.companion_path),
+            (
+                "importable from",
+                f"{self.importable_from}: {'yes' if self.importable else 'NO'}",
+            ),
+        ]
+        width = max(len(k) for k, _ in rows)
+        lines = [f"{k:<{width}}  {v}" for k, v in rows]
+        lines.append("")
+        lines.extend(self.advice or ("Everything the book needs is here.",))
+        return "\n".join(lines)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _installed_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _importable_from(folder: Path) -> bool:
+    """Whether a fresh interpreter started in ``folder`` (as a new kernel would be) can
+    import companion."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import companion"],
+            cwd=folder,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def environment_report(folder: str | os.PathLike[str] | None = None) -> EnvironmentReport:
+    """Collect what the chapters need to run and say what to do about anything missing.
+
+    Args:
+        folder: the folder from which ``companion`` must be importable (a notebook's working
+            directory). Defaults to the current working directory.
+
+    Returns:
+        An :class:`EnvironmentReport`; print it for a table with advice.
+    """
+    if folder is not None and not isinstance(folder, (str, os.PathLike)):
+        raise TypeError(f"folder must be a path or None, got {type(folder).__name__}")
+    where = Path(folder if folder is not None else os.getcwd()).resolve()
+    if not where.is_dir():
+        raise ValueError(f"folder must be an existing directory, got {str(where)!r}")
+
+    packages = tuple(
+        PackageStatus(name, minimum, _installed_version(name))
+        for name, minimum in REQUIRED_PACKAGES.items()
+    )
+    cuda = torch.cuda.is_available()
+    devices = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) if cuda else ()
+
+    spec = importlib.util.find_spec("companion")
+    companion_path = str(Path(spec.origin).parent) if spec and spec.origin else "not found"
+    importable = _importable_from(where)
+
+    advice = []
+    for p in packages:
+        if p.found is None:
+            advice.append(
+                f"{p.name} is missing: from the repository root run `make book` (it creates .venv "
+                f"with everything), or `pip install '{p.name}>={p.minimum}'`."
+            )
+        elif not p.ok:
+            advice.append(f"{p.name} {p.found} is older than {p.minimum}: `pip install -U {p.name}`.")
+    if not importable:
+        advice.append(
+            "companion is not importable: run `pip install -e .` from the repository root, "
+            "or start Jupyter from the repository's .venv (`.venv/bin/jupyter lab`)."
+        )
+    return EnvironmentReport(
+        python=f"{platform.python_implementation()} {sys.version.split()[0]}",
+        platform=platform.platform(terse=True),
+        packages=packages,
+        cuda_available=cuda,
+        cuda_devices=devices,
+        device=str(default_device()),
+        companion_path=companion_path,
+        importable_from=str(where),
+        importable=importable,
+        advice=tuple(advice),
+    )
