@@ -30,15 +30,6 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = [
-    "CheckError",
-    "Mistake",
-    "check_softmax",
-    "describe_inputs",
-    "expect_close",
-]
-
-
 class CheckError(AssertionError):
     """A learner's function failed a property of an exercise.
 

@@ -12,9 +12,6 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 
-__all__ = ["heatmap", "to_numpy"]
-
-
 def to_numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
     """A float64 NumPy copy of ``x`` (detached, on the CPU), for plotting."""
     if isinstance(x, torch.Tensor):

@@ -1,0 +1,35 @@
+"""Shared fixtures: the devices every dtype/device-parametrised test runs on, and the
+hypothesis profile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "book",
+    max_examples=60,
+    deadline=None,  # CPU time on a shared 2-core machine varies; tests never assert on time
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=True,  # same examples on every run: a failure reproduces
+)
+settings.load_profile("book")
+
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param(
+        "cuda",
+        id="cuda",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+        ],
+    ),
+]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """Each test that takes ``device`` runs on the CPU and, when present, on CUDA."""
+    return torch.device(request.param)
