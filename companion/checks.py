@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+
 class CheckError(AssertionError):
     """A learner's function failed a property of an exercise.
 
@@ -261,8 +262,7 @@ def check_softmax(softmax: Callable[..., torch.Tensor]) -> bool:
         mistakes = [
             Mistake(
                 "softmax over the wrong axis",
-                f"your weights sum to one along dim={other}; they must sum to one along "
-                f"dim={dim}.",
+                f"your weights sum to one along dim={other}; they must sum to one along dim={dim}.",
                 torch.softmax(x, dim=other),
             ),
             Mistake(
@@ -287,3 +287,1424 @@ def check_softmax(softmax: Callable[..., torch.Tensor]) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Chapter sections below: each chapter adds its checkers in its own section, in reading order.
 # ---------------------------------------------------------------------------------------------
+
+
+# ---- Sinusoidal positional encoding (book/01_sinusoidal_encoding) ----
+
+
+def _sinusoid_table(
+    num_positions: int,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    pair_exponent: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+    swap: bool = False,
+    halves: bool = False,
+    scale: float = 1.0,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """Wrong (and right) variants of the sinusoidal table, for naming mistakes.
+
+    ``pair_exponent(j, dim)`` maps the column index ``j`` to the exponent ``e`` in
+    ``omega = base**(-e)``; by default ``e = 2i/D`` over the pair index ``i``.
+    """
+    if pair_exponent is None:
+        i = torch.arange(dim // 2, dtype=dtype)
+        omega = scale * base ** (-2.0 * i / dim)  # (D/2,)
+    else:
+        omega = scale * base ** (-pair_exponent(torch.arange(dim, dtype=dtype), dim))  # (D,)
+    pos = torch.arange(num_positions, dtype=dtype)[:, None]
+    if omega.numel() == dim:  # one frequency per column
+        ang = pos * omega  # (L, D)
+        out = ang.clone()
+        first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
+        out[:, 0::2] = first(ang[:, 0::2])
+        out[:, 1::2] = second(ang[:, 1::2])
+        return out.to(torch.float32)
+    ang = pos * omega  # (L, D/2)
+    first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
+    if halves:
+        return torch.cat((first(ang), second(ang)), dim=-1).to(torch.float32)
+    return torch.stack((first(ang), second(ang)), dim=-1).flatten(-2).to(torch.float32)
+
+
+def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``fn(num_positions, dim) -> (L, D)`` sinusoidal table.
+
+    Reference: :func:`companion.positional.sinusoidal_encoding` (interleaved layout, base
+    10000). Properties checked: the values on small tables; accuracy at large positions
+    (angles in float64). Named mistakes: sin and cos swapped, exponent ``i/D`` instead of
+    ``2i/D``, pair index running over all ``D`` columns, base 1000, the wrong sign in the
+    exponent, a factor :math:`2\pi` in the frequency, the halves layout, float32 angles.
+
+    Args:
+        fn: a function ``fn(num_positions, dim)`` returning a tensor of shape ``(L, D)``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.positional import sinusoidal_encoding
+
+    check = "check_sinusoidal_encoding"
+    cases = [
+        (
+            "matches PE(pos, 2i) = sin(pos w_i), PE(pos, 2i+1) = cos(pos w_i)",
+            3,
+            4,
+            1e-5,
+        ),
+        ("matches the formula on a wider table", 40, 16, 1e-5),
+        ("accurate at large positions (form the angles in float64)", 20000, 8, 2e-6),
+    ]
+    for prop, num_positions, dim, atol in cases:
+        inputs = {"num_positions": num_positions, "dim": dim}
+        got = _call(fn, check, inputs)
+        mistakes = [
+            Mistake(
+                "sin and cos swapped",
+                "column 2i holds the sine and column 2i+1 the cosine, so PE(0) = [0, 1, 0, 1, ...].",
+                _sinusoid_table(num_positions, dim, swap=True),
+            ),
+            Mistake(
+                "exponent i/D instead of 2i/D",
+                "with pair index i = 0 .. D/2-1 the frequency is 10000**(-2i/D); with i/D the "
+                "lowest frequency is only 10000**(-1/2).",
+                _sinusoid_table(num_positions, dim, pair_exponent=lambda j, d: (j // 2) / d),
+            ),
+            Mistake(
+                "pair index running over all D dims",
+                "both columns 2i and 2i+1 of a pair share the frequency 10000**(-2i/D), where "
+                "i = column // 2 is the pair index; you used the column index in the exponent.",
+                _sinusoid_table(num_positions, dim, pair_exponent=lambda j, d: 2.0 * j / d),
+            ),
+            Mistake(
+                "column index j/D in the exponent",
+                "the cosine column 2i+1 shares the frequency of the sine column 2i: the exponent "
+                "is 2*(j // 2)/D for column j, not j/D.",
+                _sinusoid_table(num_positions, dim, pair_exponent=lambda j, d: j / d),
+            ),
+            Mistake(
+                "base 1000 instead of 10000",
+                "the frequencies run from 1 down to about 1/10000: the base is 10000.",
+                _sinusoid_table(num_positions, dim, base=1000.0),
+            ),
+            Mistake(
+                "exponent with the wrong sign",
+                "the frequency 10000**(-2i/D) shrinks with i (the angle is pos / 10000**(2i/D)); "
+                "you multiplied pos by 10000**(2i/D).",
+                _sinusoid_table(num_positions, dim, pair_exponent=lambda j, d: -2.0 * (j // 2) / d),
+            ),
+            Mistake(
+                "a factor 2*pi in the frequency",
+                "the angle is pos * 10000**(-2i/D), with no 2*pi: the wavelengths are "
+                "2*pi * 10000**(2i/D).",
+                _sinusoid_table(num_positions, dim, scale=2.0 * torch.pi),
+            ),
+            Mistake(
+                "halves layout instead of interleaved",
+                "[all sines, all cosines] is the tensor2tensor layout; this exercise asks for the "
+                "paper's interleaved one: sin in even columns, cos in odd columns.",
+                _sinusoid_table(num_positions, dim, halves=True),
+            ),
+        ]
+        reference = sinusoidal_encoding(num_positions, dim)
+        try:
+            expect_close(
+                got,
+                reference,
+                check=check,
+                prop=prop,
+                inputs=inputs,
+                atol=atol,
+                rtol=0.0,
+                mistakes=mistakes,
+            )
+        except CheckError as err:
+            # float32 angles are wrong by a few 1e-3 at pos = 2e4 and the exact error depends
+            # on the order of operations, so this mistake is recognised by its size.
+            if not isinstance(got, torch.Tensor) or got.shape != reference.shape:
+                raise
+            gap = (got.detach().to("cpu", torch.float64) - reference.double()).abs().max()
+            if err.mistake is None and num_positions > 1000 and gap < 0.05:
+                raise CheckError(
+                    check,
+                    prop,
+                    describe_inputs(inputs),
+                    'This is the known mistake "angles computed in float32": pos * w_i in '
+                    "float32 is off by up to pos * 6e-8 radians (0.06 at pos = 1e6); form "
+                    "positions and frequencies in float64, take sin/cos, then cast.",
+                    expected=_short(reference),
+                    got=_short(got),
+                    mistake="angles computed in float32",
+                ) from None
+            raise
+    return True
+
+
+def check_wavelengths(fn: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``fn(dim) -> (D/2,)`` wavelengths :math:`\lambda_i = 2\pi/\omega_i`.
+
+    Reference: :func:`companion.positional.sinusoidal_wavelengths`. Named mistakes: the
+    frequency instead of the wavelength, a period without :math:`2\pi`, exponent ``i/D``.
+
+    Args:
+        fn: a function ``fn(dim)`` returning a tensor of shape ``(D // 2,)``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.positional import sinusoidal_frequencies, sinusoidal_wavelengths
+
+    check = "check_wavelengths"
+    for dim in (4, 16, 512):
+        inputs = {"dim": dim}
+        got = _call(fn, check, inputs)
+        omega = sinusoidal_frequencies(dim)
+        i = torch.arange(dim // 2, dtype=torch.float64)
+        mistakes = [
+            Mistake(
+                "frequency instead of wavelength",
+                "the wavelength is the number of positions per full turn, 2*pi / w_i.",
+                omega,
+            ),
+            Mistake(
+                "wavelength without the 2*pi",
+                "sin(pos * w) repeats when pos * w grows by 2*pi, so the period is 2*pi / w_i.",
+                1.0 / omega,
+            ),
+            Mistake(
+                "exponent i/D instead of 2i/D",
+                "w_i = 10000**(-2i/D) for the pair index i = 0 .. D/2-1.",
+                2.0 * torch.pi * 10000.0 ** (i / dim),
+            ),
+        ]
+        expect_close(
+            got,
+            sinusoidal_wavelengths(dim),
+            check=check,
+            prop="wavelength of pair i is 2*pi * 10000**(2i/D)",
+            inputs=inputs,
+            atol=0.0,
+            rtol=1e-5,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_shift_matrix(fn: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``fn(k, dim) -> (D, D)`` shift matrix :math:`T(k)`.
+
+    Reference: :func:`companion.positional.shift_matrix`, with
+    :math:`\mathrm{PE}(\text{pos}+k) = \mathrm{PE}(\text{pos})\,T(k)` for row vectors.
+    Named mistakes: the transposed blocks (the column-vector rotation, signs of the sines
+    flipped), the angle ``k`` instead of ``k * w_i``, the rotation by ``pos``-free
+    ``PE(k)`` laid on the diagonal.
+
+    Args:
+        fn: a function ``fn(k, dim)`` returning a tensor of shape ``(D, D)``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.positional import shift_matrix, sinusoidal_frequencies
+
+    check = "check_shift_matrix"
+    for k, dim in ((1, 4), (7, 8), (-3, 6), (2.5, 8)):
+        inputs = {"k": k, "dim": dim}
+        got = _call(fn, check, inputs)
+        reference = shift_matrix(k, dim)
+        ones = torch.ones(dim // 2, dtype=torch.float64)
+        c, s = torch.cos(k * ones), torch.sin(k * ones)
+        raw_angle = torch.block_diag(
+            *torch.stack((torch.stack((c, -s), -1), torch.stack((s, c), -1)), -2)
+        )
+        omega = sinusoidal_frequencies(dim)
+        diag = torch.diag(torch.stack((torch.sin(k * omega), torch.cos(k * omega)), -1).flatten())
+        mistakes = [
+            Mistake(
+                "sin entries with the wrong sign (blocks transposed)",
+                "for a ROW vector [sin a, cos a] times the block, the block must be "
+                "[[cos b, -sin b], [sin b, cos b]]; you built the column-vector rotation, "
+                "which shifts by -k.",
+                reference.mT,
+            ),
+            Mistake(
+                "angle k instead of k * w_i",
+                "block i rotates by k * w_i, the angle pair i advances over k positions.",
+                raw_angle,
+            ),
+            Mistake(
+                "PE(k) on the diagonal",
+                "T(k) is not diag(PE(k)): each 2x2 block mixes the sine and the cosine of a pair.",
+                diag,
+            ),
+        ]
+        expect_close(
+            got,
+            reference,
+            check=check,
+            prop="PE(pos + k) = PE(pos) @ T(k) for every pos (block-diagonal rotation)",
+            inputs=inputs,
+            atol=1e-6,
+            rtol=1e-5,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_dot_product_curve(fn: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``fn(offsets, dim)``: :math:`g(k) = \mathrm{PE}(m)\cdot\mathrm{PE}(m+k)`.
+
+    Reference: :func:`companion.positional.sinusoidal_dot_products`,
+    :math:`g(k) = \sum_i \cos(k\,\omega_i)`. Named mistakes: a sum of sines, each pair
+    counted twice, the cosine similarity instead of the dot product.
+
+    Args:
+        fn: a function ``fn(offsets, dim)`` with ``offsets`` a float64 tensor, returning a
+            tensor of the same shape.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.positional import sinusoidal_dot_products, sinusoidal_frequencies
+
+    check = "check_dot_product_curve"
+    for offsets, dim in (
+        (torch.arange(0.0, 6.0, dtype=torch.float64), 8),
+        (torch.tensor([-50.0, -7.0, 0.0, 7.0, 300.0], dtype=torch.float64), 64),
+    ):
+        inputs = {"offsets": offsets, "dim": dim}
+        got = _call(fn, check, inputs)
+        reference = sinusoidal_dot_products(offsets, dim)
+        angles = offsets[:, None] * sinusoidal_frequencies(dim)
+        mistakes = [
+            Mistake(
+                "sum of sines instead of cosines",
+                "sin(m w) sin(n w) + cos(m w) cos(n w) = cos((m - n) w): the curve is a sum of "
+                "cosines, and g(0) = D/2.",
+                torch.sin(angles).sum(-1),
+            ),
+            Mistake(
+                "each pair counted twice",
+                "a pair (sin, cos) contributes one cosine cos(k w_i), not two: g(0) = D/2.",
+                2.0 * reference,
+            ),
+            Mistake(
+                "cosine similarity instead of the dot product",
+                "every PE row has squared norm D/2; the exercise asks for the raw dot product.",
+                reference / (dim / 2),
+            ),
+        ]
+        expect_close(
+            got,
+            reference,
+            check=check,
+            prop="g(k) = sum_i cos(k w_i), a function of the offset only",
+            inputs=inputs,
+            atol=1e-6,
+            rtol=1e-6,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_shift_recurrence(fn: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``fn(pe_pos, pe_k) -> PE(pos + k)`` built from products of entries.
+
+    ``pe_pos`` holds the rows :math:`\mathrm{PE}(\text{pos})` of several positions, ``pe_k``
+    the row :math:`\mathrm{PE}(k)`; the answer is every :math:`\mathrm{PE}(\text{pos}+k)`, from
+    :math:`\sin(a+b)` and :math:`\cos(a+b) = \cos a\cos b - \sin a\sin b`. Named mistakes:
+    the recurrence printed in the notes (``cos(a-b)`` for the sine, an extra term for the
+    cosine), and ``cos(a+b)`` with a plus sign.
+
+    Args:
+        fn: a function ``fn(pe_pos, pe_k)`` with ``pe_pos`` of shape ``(N, D)`` and ``pe_k``
+            of shape ``(D,)``, returning a tensor of shape ``(N, D)``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.positional import sinusoidal_encoding
+
+    check = "check_shift_recurrence"
+    for k, dim in ((5, 8), (13, 16)):
+        table = sinusoidal_encoding(40, dim, dtype=torch.float64)
+        pe_pos, pe_k = table[2:20], table[k]
+        inputs = {"pe_pos": pe_pos, "pe_k": pe_k}
+        got = _call(fn, check, inputs)
+        sp, cp = pe_pos[:, 0::2], pe_pos[:, 1::2]
+        sk, ck = pe_k[0::2], pe_k[1::2]
+
+        def interleave(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.stack((a, b), dim=-1).flatten(-2)
+
+        mistakes = [
+            Mistake(
+                "the recurrence printed in the notes",
+                "PE(pos,2i)PE(k,2i) + PE(pos,2i+1)PE(k,2i+1) is cos(a - b), not sin(a + b); "
+                "use sin(a+b) = sin a cos b + cos a sin b and "
+                "cos(a+b) = cos a cos b - sin a sin b.",
+                interleave(sp * sk + cp * ck, cp * sk + sp * ck - sp * sk),
+            ),
+            Mistake(
+                "cos(a+b) with a plus sign",
+                "cos(a + b) = cos a cos b - sin a sin b (a minus sign); with a plus it is cos(a - b).",
+                interleave(sp * ck + cp * sk, cp * ck + sp * sk),
+            ),
+        ]
+        expect_close(
+            got,
+            table[2 + k : 20 + k],
+            check=check,
+            prop="PE(pos+k) from PE(pos) and PE(k): sin(a+b), cos(a+b)",
+            inputs={"pe_pos": pe_pos, "pe_k": pe_k, "k": k},
+            atol=1e-6,
+            rtol=1e-6,
+            mistakes=mistakes,
+        )
+    return True
+
+
+# ---- Normalization (book/05_normalization) ----
+
+
+def _norm_rows(
+    x: torch.Tensor,
+    dim: int | tuple[int, ...],
+    *,
+    correction: int,
+    eps: float,
+    eps_outside: bool = False,
+) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over ``dim`` (or / (std + eps) when ``eps_outside``)."""
+    var, mean = torch.var_mean(x, dim=dim, correction=correction, keepdim=True)
+    if eps_outside:
+        return (x - mean) / (var.sqrt() + eps)
+    return (x - mean) / torch.sqrt(var + eps)
+
+
+def check_layer_norm(layer_norm: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``layer_norm(x, weight, bias, eps)`` over the last dim.
+
+    The reference is :func:`torch.nn.functional.layer_norm`. Named mistakes: unbiased
+    variance, eps outside the square root (and both together, the Annotated Transformer's
+    ``(x - mean) / (std + eps)``), normalizing over the batch axis, forgetting the gain,
+    forgetting the bias.
+
+    Args:
+        layer_norm: a function ``layer_norm(x, weight, bias, eps) -> Tensor``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    check = "check_layer_norm"
+    gen = torch.Generator().manual_seed(0)
+    cases = [
+        ("matches the definition on (B, D) rows", 2 * torch.randn(4, 6, generator=gen) + 1, 1e-5),
+        (
+            "eps inside the square root, biased variance (small-variance rows)",
+            1e-2 * torch.randn(3, 8, generator=gen),
+            1e-5,
+        ),
+        (
+            "normalizes each token of (B, L, D) over D only",
+            torch.randn(2, 3, 5, generator=gen),
+            1e-5,
+        ),
+    ]
+    for prop, x, eps in cases:
+        d = x.shape[-1]
+        weight = 1 + 0.5 * torch.randn(d, generator=gen)
+        bias = 0.5 * torch.randn(d, generator=gen)
+        inputs = {"x": x, "weight": weight, "bias": bias, "eps": eps}
+        got = _call(layer_norm, check, inputs)
+        mistakes = [
+            Mistake(
+                "unbiased variance",
+                "LayerNorm divides by D, not D - 1: use x.var(dim=-1, unbiased=False) "
+                "(torch's Tensor.std/var default is unbiased).",
+                _norm_rows(x, -1, correction=1, eps=eps) * weight + bias,
+            ),
+            Mistake(
+                "eps outside the square root",
+                "compute (x - mean) / sqrt(var + eps), not (x - mean) / (std + eps).",
+                _norm_rows(x, -1, correction=0, eps=eps, eps_outside=True) * weight + bias,
+            ),
+            Mistake(
+                "unbiased std with eps outside the square root (the Annotated Transformer's "
+                "LayerNorm)",
+                "a_2 * (x - mean) / (x.std(-1) + eps) + b_2 uses the unbiased std and adds eps "
+                "to it; use the biased variance and sqrt(var + eps).",
+                _norm_rows(x, -1, correction=1, eps=eps, eps_outside=True) * weight + bias,
+            ),
+            Mistake(
+                "normalizing over the batch axis",
+                "that is BatchNorm's axis: LayerNorm takes the mean and variance of each token "
+                "over its features (dim=-1), not over dim=0.",
+                _norm_rows(x, 0, correction=0, eps=eps) * weight + bias,
+            ),
+            Mistake(
+                "forgetting the gain",
+                "multiply the normalized x by weight before adding bias.",
+                _norm_rows(x, -1, correction=0, eps=eps) + bias,
+            ),
+            Mistake(
+                "forgetting the bias",
+                "add bias after multiplying by weight.",
+                _norm_rows(x, -1, correction=0, eps=eps) * weight,
+            ),
+        ]
+        expected = torch.nn.functional.layer_norm(x, (d,), weight, bias, eps=eps)
+        expect_close(got, expected, check=check, prop=prop, inputs=inputs, mistakes=mistakes)
+    return True
+
+
+def check_rms_norm(rms_norm: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``rms_norm(x, weight, eps)`` over the last dim.
+
+    The reference is :func:`torch.nn.functional.rms_norm`. Named mistakes: subtracting the
+    mean (that is LayerNorm), eps outside the square root, forgetting the gain, dividing by
+    the root of the sum of squares instead of the mean.
+
+    Args:
+        rms_norm: a function ``rms_norm(x, weight, eps) -> Tensor``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    check = "check_rms_norm"
+    gen = torch.Generator().manual_seed(1)
+    cases = [
+        ("matches the definition x / rms(x) * weight", torch.randn(4, 6, generator=gen) + 1, 1e-6),
+        (
+            "eps inside the square root (small inputs)",
+            3e-3 * torch.randn(2, 3, 8, generator=gen),
+            1e-5,
+        ),
+    ]
+    for prop, x, eps in cases:
+        d = x.shape[-1]
+        weight = 1 + 0.5 * torch.randn(d, generator=gen)
+        inputs = {"x": x, "weight": weight, "eps": eps}
+        got = _call(rms_norm, check, inputs)
+        ms = x.square().mean(-1, keepdim=True)
+        mistakes = [
+            Mistake(
+                "subtracting the mean",
+                "that is LayerNorm: RMSNorm divides x itself by sqrt(mean(x^2) + eps).",
+                _norm_rows(x, -1, correction=0, eps=eps) * weight,
+            ),
+            Mistake(
+                "eps outside the square root",
+                "compute x / sqrt(mean(x^2) + eps), not x / (sqrt(mean(x^2)) + eps).",
+                x / (ms.sqrt() + eps) * weight,
+            ),
+            Mistake(
+                "forgetting the gain",
+                "multiply the normalized x by weight.",
+                x * torch.rsqrt(ms + eps),
+            ),
+            Mistake(
+                "sum of squares instead of the mean",
+                "divide the sum of squares by D (use .mean(-1), not .sum(-1)).",
+                x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps) * weight,
+            ),
+        ]
+        expected = torch.nn.functional.rms_norm(x, (d,), weight, eps=eps)
+        expect_close(got, expected, check=check, prop=prop, inputs=inputs, mistakes=mistakes)
+    return True
+
+
+def check_batch_norm(batch_norm: Callable[..., object]) -> bool:
+    r"""Check a learner's training-mode ``batch_norm`` on ``(B, D)`` input.
+
+    The learner's function is called as ``batch_norm(x, running_mean, running_var, weight,
+    bias, momentum, eps)`` and must return ``(y, new_running_mean, new_running_var)``. The
+    reference is :func:`torch.nn.functional.batch_norm` with ``training=True``. Named
+    mistakes: unbiased variance (to normalize), eps outside the square root, normalizing
+    over the feature axis (that is LayerNorm), forgetting the gain, the biased variance in
+    the running estimate, the momentum the wrong way round.
+
+    Args:
+        batch_norm: the learner's function, see above.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    check = "check_batch_norm"
+    gen = torch.Generator().manual_seed(2)
+    cases = [
+        ("training mode on (B, D)", 2 * torch.randn(5, 4, generator=gen) + 3, 1e-5, 0.1),
+        (
+            "eps inside the square root (small-variance features)",
+            1e-2 * torch.randn(6, 3, generator=gen),
+            1e-5,
+            0.3,
+        ),
+    ]
+    for prop, x, eps, momentum in cases:
+        n, d = x.shape
+        weight = 1 + 0.5 * torch.randn(d, generator=gen)
+        bias = 0.5 * torch.randn(d, generator=gen)
+        rm0 = torch.randn(d, generator=gen)
+        rv0 = 1 + torch.rand(d, generator=gen)
+        rm, rv = rm0.clone(), rv0.clone()
+        expected = torch.nn.functional.batch_norm(
+            x, rm, rv, weight, bias, training=True, momentum=momentum, eps=eps
+        )
+        inputs = {
+            "x": x,
+            "running_mean": rm0.clone(),
+            "running_var": rv0.clone(),
+            "weight": weight,
+            "bias": bias,
+            "momentum": momentum,
+            "eps": eps,
+        }
+        got = _call(batch_norm, check, inputs)
+        if not (isinstance(got, tuple) and len(got) == 3):
+            raise CheckError(
+                check,
+                "returns (y, running_mean, running_var)",
+                describe_inputs(inputs),
+                "Return the normalized x and the two updated running statistics as a tuple.",
+                expected="a tuple of 3 tensors",
+                got=f"a {type(got).__name__}",
+            )
+        y, got_rm, got_rv = got
+        y_mistakes = [
+            Mistake(
+                "unbiased variance",
+                "normalize with the biased batch variance (divide by B); the unbiased one only "
+                "enters running_var.",
+                _norm_rows(x, 0, correction=1, eps=eps) * weight + bias,
+            ),
+            Mistake(
+                "eps outside the square root",
+                "compute (x - mean) / sqrt(var + eps), not (x - mean) / (std + eps).",
+                _norm_rows(x, 0, correction=0, eps=eps, eps_outside=True) * weight + bias,
+            ),
+            Mistake(
+                "normalizing over the feature axis",
+                "that is LayerNorm: BatchNorm takes statistics per feature over the batch (dim=0).",
+                _norm_rows(x, -1, correction=0, eps=eps) * weight + bias,
+            ),
+            Mistake(
+                "forgetting the gain",
+                "multiply the normalized x by weight before adding bias.",
+                _norm_rows(x, 0, correction=0, eps=eps) + bias,
+            ),
+        ]
+        expect_close(
+            y, expected, check=check, prop=f"{prop}: output", inputs=inputs, mistakes=y_mistakes
+        )
+        var_b, mean_b = torch.var_mean(x, dim=0, correction=0)
+        expect_close(
+            got_rm,
+            rm,
+            check=check,
+            prop=f"{prop}: running_mean update",
+            inputs=inputs,
+            mistakes=[
+                Mistake(
+                    "momentum the wrong way round",
+                    "torch's momentum weighs the NEW batch: r = (1 - momentum) * r + momentum * "
+                    "batch_mean.",
+                    momentum * rm0 + (1 - momentum) * mean_b,
+                )
+            ],
+        )
+        expect_close(
+            got_rv,
+            rv,
+            check=check,
+            prop=f"{prop}: running_var update",
+            inputs=inputs,
+            mistakes=[
+                Mistake(
+                    "biased variance in the running estimate",
+                    "running_var tracks the unbiased variance: multiply the batch variance by "
+                    "B / (B - 1) before the update.",
+                    (1 - momentum) * rv0 + momentum * var_b,
+                ),
+                Mistake(
+                    "momentum the wrong way round",
+                    "r = (1 - momentum) * r + momentum * batch_var_unbiased.",
+                    momentum * rv0 + (1 - momentum) * var_b * n / (n - 1),
+                ),
+            ],
+        )
+    return True
+
+
+def check_variance(variance: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's numerically stable biased ``variance(x, dim)``.
+
+    The reference is a float64 two-pass variance of the same float32 numbers. Named
+    mistakes: :math:`E[x^2] - E[x]^2` (catastrophic cancellation for a large mean), the
+    unbiased variance.
+
+    Args:
+        variance: a function ``variance(x, dim) -> Tensor`` returning the biased variance
+            along ``dim`` (dim removed).
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    check = "check_variance"
+    gen = torch.Generator().manual_seed(3)
+    cases = [
+        ("biased variance along dim", torch.randn(4, 16, generator=gen), -1),
+        ("along dim=0", torch.randn(16, 3, generator=gen), 0),
+        (
+            "stable for a large mean (x = 1e4 + noise, float32)",
+            1e4 + torch.randn(4, 256, generator=gen),
+            -1,
+        ),
+    ]
+    for prop, x, dim in cases:
+        inputs = {"x": x, "dim": dim}
+        got = _call(variance, check, inputs)
+        x64 = x.double()
+        expected = x64.var(dim=dim, correction=0).to(x.dtype)
+        naive = (x.square().mean(dim) - x.mean(dim).square()).to(x.dtype)
+        mistakes = [
+            Mistake(
+                "E[x^2] - E[x]^2 (catastrophic cancellation)",
+                "for a large mean both terms are huge and nearly equal, and float32 keeps ~7 "
+                "digits: subtract the mean first, then average the squares (two passes), or "
+                "use torch.var_mean(x, dim, correction=0).",
+                naive,
+            ),
+            Mistake(
+                "unbiased variance",
+                "divide by n, not n - 1 (correction=0).",
+                x64.var(dim=dim, correction=1).to(x.dtype),
+            ),
+        ]
+        expect_close(
+            got,
+            expected,
+            check=check,
+            prop=prop,
+            inputs=inputs,
+            atol=1e-3,
+            rtol=1e-3,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_residual_blocks(
+    pre_ln: Callable[..., torch.Tensor], post_ln: Callable[..., torch.Tensor]
+) -> bool:
+    r"""Check a learner's ``pre_ln(x, sublayer, norm)`` and ``post_ln(x, sublayer, norm)``.
+
+    Pre-LN is :math:`x + F(\mathrm{Norm}(x))`, Post-LN is :math:`\mathrm{Norm}(x + F(x))`.
+    Named mistakes: the other placement, a missing residual, adding the residual to the
+    normalized input.
+
+    Args:
+        pre_ln: the learner's Pre-LN block as a function.
+        post_ln: the learner's Post-LN block as a function.
+
+    Returns:
+        ``True`` when both pass.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    check = "check_residual_blocks"
+    gen = torch.Generator().manual_seed(4)
+    d = 6
+    x = 3 * torch.randn(2, 4, d, generator=gen) + 1
+    w = torch.randn(d, d, generator=gen) / d**0.5
+
+    def sublayer(t: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(t @ w)
+
+    def norm(t: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(t, (d,))
+
+    pre = x + sublayer(norm(x))
+    post = norm(x + sublayer(x))
+    inputs = {"x": x, "sublayer": sublayer, "norm": norm}
+    got = _call(pre_ln, check, inputs)
+    expect_close(
+        got,
+        pre,
+        check=check,
+        prop="Pre-LN: x + sublayer(norm(x))",
+        inputs=inputs,
+        mistakes=[
+            Mistake("Post-LN order", "Pre-LN normalizes the sublayer's INPUT.", post),
+            Mistake("no residual", "add x back: x + sublayer(norm(x)).", sublayer(norm(x))),
+            Mistake(
+                "residual added to the normalized input",
+                "the residual stream carries x itself, not norm(x).",
+                norm(x) + sublayer(norm(x)),
+            ),
+        ],
+    )
+    got = _call(post_ln, check, inputs)
+    expect_close(
+        got,
+        post,
+        check=check,
+        prop="Post-LN: norm(x + sublayer(x))",
+        inputs=inputs,
+        mistakes=[
+            Mistake("Pre-LN order", "Post-LN normalizes the SUM x + sublayer(x).", pre),
+            Mistake("no residual", "normalize x + sublayer(x).", norm(sublayer(x))),
+            Mistake(
+                "normalized the sublayer output only",
+                "the norm applies to the sum, not to sublayer(x) alone.",
+                x + norm(sublayer(x)),
+            ),
+        ],
+    )
+    return True
+
+
+# ---- Beyond the training length: ALiBi and RoPE context extension (book/03_context_extension) ----
+
+
+def _power_of_two_slopes(n: int) -> list[float]:
+    """2^(-8k/n), k = 1..n: the power-of-two rule applied to any n (a known mistake for others)."""
+    return [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+
+
+def check_alibi_slopes(alibi_slopes: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``alibi_slopes(num_heads) -> (H,)`` against Press et al.'s rule.
+
+    Reference: :func:`companion.extension.alibi_slopes`. Cases: 8 heads (a power of two), then
+    12, 6, 24 and 1 (the interleaved rule). Known mistakes named: the power-of-two formula
+    :math:`2^{-8h/n}` used for every head count; the extra slopes taken consecutively instead
+    of every other one; one slope :math:`2^{-h}` per head.
+
+    Args:
+        alibi_slopes: a function ``alibi_slopes(num_heads) -> Tensor``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.extension import alibi_slopes as reference
+
+    check = "check_alibi_slopes"
+    for num_heads in (8, 12, 6, 24, 1):
+        inputs = {"num_heads": num_heads}
+        got = _call(alibi_slopes, check, inputs)
+        if isinstance(got, (list, tuple)):
+            got = torch.tensor(got, dtype=torch.float64)
+        closest = 2 ** (num_heads.bit_length() - 1)
+        consecutive = (
+            _power_of_two_slopes(closest) + _power_of_two_slopes(2 * closest)[: num_heads - closest]
+        )
+        mistakes = [
+            Mistake(
+                "power-of-two rule for every head count",
+                f"2^(-8h/n) is the rule only when n is a power of two. For {num_heads} heads take "
+                f"the {closest} slopes of {closest} heads, then every other slope of "
+                f"{2 * closest} heads (2^(-4/{closest}), 2^(-12/{closest}), ...) for the rest.",
+                torch.tensor(_power_of_two_slopes(num_heads), dtype=torch.float64),
+            ),
+            Mistake(
+                "extra slopes not interleaved",
+                f"the extra heads take the odd-numbered slopes of the {2 * closest}-head sequence "
+                "([0::2] in the reference code), which fall between the first ones; you took "
+                "its first slopes in a row.",
+                torch.tensor(consecutive, dtype=torch.float64),
+            ),
+            Mistake(
+                "slope 2^-h for every head count",
+                "1/2, 1/4, ... is the 8-head sequence; in general the ratio is 2^(-8/n).",
+                torch.tensor([2.0**-k for k in range(1, num_heads + 1)], dtype=torch.float64),
+            ),
+        ]
+        prop = (
+            "geometric slopes 2^(-8h/n) for a power of two"
+            if num_heads & (num_heads - 1) == 0
+            else "interleaved rule for a head count that is not a power of two"
+        )
+        expect_close(
+            got,
+            reference(num_heads, dtype=torch.float64),
+            check=check,
+            prop=prop,
+            inputs=inputs,
+            atol=1e-7,
+            rtol=1e-5,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> bool:
+    r"""Check a learner's ``ntk_aware_base(base, factor, head_dim) -> float``.
+
+    Reference: :func:`companion.extension.ntk_aware_base`, :math:`b\,s^{D/(D-2)}`. Known
+    mistakes named: exponent ``head_dim``; exponent 1 (``base * factor``); the exponent
+    inverted, :math:`(D-2)/D`; the base divided instead of multiplied.
+
+    Args:
+        ntk_aware_base: a function ``ntk_aware_base(base, factor, head_dim) -> float``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.extension import ntk_aware_base as reference
+
+    check = "check_ntk_aware_base"
+    for base, factor, head_dim in ((10000.0, 4.0, 64), (500000.0, 8.0, 128), (10000.0, 2.0, 16)):
+        inputs = {"base": base, "factor": factor, "head_dim": head_dim}
+        got = _call(ntk_aware_base, check, inputs)
+        if isinstance(got, (int, float)) and not isinstance(got, bool):
+            got = torch.tensor(float(got), dtype=torch.float64)
+        d = head_dim
+        mistakes = [
+            Mistake(
+                "exponent head_dim instead of head_dim/(head_dim-2)",
+                "the exponent is D/(D-2), chosen so that the lowest pair (i = D/2 - 1, exponent "
+                "(D-2)/D) is slowed by exactly the factor.",
+                torch.tensor(base * factor**d, dtype=torch.float64),
+            ),
+            Mistake(
+                "base multiplied by the factor",
+                "b*s slows the lowest pair by s^((D-2)/D), slightly less than s; raise the "
+                "factor to the power D/(D-2).",
+                torch.tensor(base * factor, dtype=torch.float64),
+            ),
+            Mistake(
+                "exponent inverted",
+                "use s^(D/(D-2)), not s^((D-2)/D): the base must grow enough that "
+                "b'^(-(D-2)/D) = b^(-(D-2)/D) / s.",
+                torch.tensor(base * factor ** ((d - 2) / d), dtype=torch.float64),
+            ),
+            Mistake(
+                "base divided by the factor",
+                "a smaller base makes every pair faster; the NTK base is larger than b.",
+                torch.tensor(base / factor ** (d / (d - 2)), dtype=torch.float64),
+            ),
+        ]
+        expect_close(
+            got,
+            torch.tensor(reference(base, factor, head_dim), dtype=torch.float64),
+            check=check,
+            prop="the lowest pair slowed by the factor, the highest unchanged",
+            inputs=inputs,
+            atol=0.0,
+            rtol=1e-9,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_yarn_ramp(yarn_ramp: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's YaRN ramp ``yarn_ramp(head_dim, *, base,
+    original_max_position_embeddings, beta_fast, beta_slow) -> (D/2,)``.
+
+    Reference: :func:`companion.extension.yarn_ramp` (0 = pair untouched, 1 = fully
+    interpolated; HF transformers' rounding of the range). Known mistakes named: the ramp
+    reversed (or ``beta_fast`` and ``beta_slow`` swapped, which is the same thing); the
+    correction range not rounded outwards (no ``floor``/``ceil``).
+
+    Args:
+        yarn_ramp: the learner's function, keyword arguments as above.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.extension import yarn_ramp as reference
+
+    check = "check_yarn_ramp"
+    cases = [
+        (128, 10000.0, 4096, 32.0, 1.0),
+        (64, 500000.0, 8192, 32.0, 1.0),
+        (128, 10000.0, 2048, 16.0, 2.0),
+    ]
+    for head_dim, base, n0, fast, slow in cases:
+        inputs = {
+            "head_dim": head_dim,
+            "base": base,
+            "original_max_position_embeddings": n0,
+            "beta_fast": fast,
+            "beta_slow": slow,
+        }
+        got = _call(yarn_ramp, check, inputs)
+        expected = reference(**inputs)
+        mistakes = [
+            Mistake(
+                "YaRN ramp reversed",
+                "fast pairs (small i, more than beta_fast turns over the training length) must "
+                "get 0 (kept as they are) and slow pairs 1 (interpolated): ramp = "
+                "clamp((i - low) / (high - low), 0, 1) with low from beta_fast, high from "
+                "beta_slow.",
+                1 - expected,
+            ),
+            Mistake(
+                "correction range not rounded outwards",
+                "HF transformers (truncate=True, the default) floors low and ceils high before "
+                "building the ramp.",
+                reference(**inputs, truncate=False),
+            ),
+        ]
+        expect_close(
+            got,
+            expected,
+            check=check,
+            prop="0 for pairs with > beta_fast turns, 1 for pairs with < beta_slow turns",
+            inputs=inputs,
+            atol=1e-6,
+            rtol=1e-5,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_llama3_frequencies(llama3_frequencies: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``llama3_frequencies(head_dim, *, base, factor, low_freq_factor,
+    high_freq_factor, original_max_position_embeddings) -> (D/2,)``.
+
+    Reference: :func:`companion.extension.llama3_frequencies` (Meta's ``apply_scaling``).
+    Known mistakes named: the bands swapped (high frequencies scaled, low ones kept); every pair
+    divided by the factor (plain position interpolation); the blend weights reversed in the
+    middle band.
+
+    Args:
+        llama3_frequencies: the learner's function, keyword arguments as above.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    import math
+
+    from companion.extension import llama3_frequencies as reference
+    from companion.rope import rope_frequencies
+
+    check = "check_llama3_frequencies"
+    cases = [
+        (128, 500000.0, 8.0, 1.0, 4.0, 8192),
+        (64, 10000.0, 4.0, 1.0, 4.0, 2048),
+        (128, 500000.0, 32.0, 2.0, 8.0, 8192),
+    ]
+    for head_dim, base, factor, lo, hi, n0 in cases:
+        inputs = {
+            "head_dim": head_dim,
+            "base": base,
+            "factor": factor,
+            "low_freq_factor": lo,
+            "high_freq_factor": hi,
+            "original_max_position_embeddings": n0,
+        }
+        got = _call(llama3_frequencies, check, inputs)
+        theta = rope_frequencies(head_dim, base=base)
+        wavelength = 2 * math.pi / theta
+        mu = ((n0 / wavelength - lo) / (hi - lo)).clamp(0.0, 1.0)
+        low_band, high_band = wavelength > n0 / lo, wavelength < n0 / hi
+        reversed_blend = torch.where(
+            low_band | high_band, reference(**inputs), mu * theta / factor + (1 - mu) * theta
+        )
+        mistakes = [
+            Mistake(
+                "bands swapped",
+                f"pairs with wavelength above {n0}/low_freq_factor (slow pairs, which never "
+                f"turned in the training length) are divided by the factor; pairs with wavelength "
+                f"below {n0}/high_freq_factor are kept.",
+                mu * theta / factor + (1 - mu) * theta,
+            ),
+            Mistake(
+                "every pair divided by the factor",
+                "that is position interpolation; Llama 3 keeps the high-frequency band.",
+                theta / factor,
+            ),
+            Mistake(
+                "blend weights reversed in the middle band",
+                "in the middle band theta' = (1 - mu) theta / s + mu theta with "
+                "mu = (L0 / wavelength - low) / (high - low): mu = 1 at the fast edge.",
+                reversed_blend,
+            ),
+        ]
+        expect_close(
+            got,
+            reference(**inputs),
+            check=check,
+            prop="high band kept, low band divided by the factor, middle blended",
+            inputs=inputs,
+            atol=0.0,
+            rtol=1e-5,
+            mistakes=mistakes,
+        )
+    return True
+
+
+# ---- Rotary position embedding (book/02_rope) ----
+
+
+def _rope_reference(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    base: float,
+    *,
+    layout: str = "half",
+    exponent: str = "2i/D",
+    sign: float = 1.0,
+) -> torch.Tensor:
+    """Right and wrong RoPE variants, for naming mistakes (``exponent`` ``"2i/D"`` or ``"i/D"``)."""
+    from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
+
+    dim = x.shape[-1]
+    freqs = rope_frequencies(dim, base=base)  # (D/2,)
+    if exponent == "i/D":
+        freqs = base ** (-torch.arange(dim // 2, dtype=torch.float64) / dim)
+    cos, sin = rope_cos_sin(positions, freqs, dtype=torch.float64)  # (L, D/2)
+    out = apply_rope(x.to(torch.float64), cos, sign * sin, layout=layout)
+    return out.to(x.dtype)
+
+
+def check_rope_frequencies(rope_frequencies: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``rope_frequencies(head_dim, base)``: :math:`\theta_i = \text{base}^{-2i/D}`.
+
+    Properties checked: one frequency per *pair* (``D/2`` values), the exponent ``-2i/D``
+    (not ``-i/D``, not ``+2i/D``), for several widths and bases.
+
+    Args:
+        rope_frequencies: a function ``rope_frequencies(head_dim, base) -> Tensor (D/2,)``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.rope import rope_frequencies as reference
+
+    check = "check_rope_frequencies"
+    for head_dim, base in [(8, 10000.0), (64, 10000.0), (16, 500000.0)]:
+        inputs = {"head_dim": head_dim, "base": base}
+        got = _call(rope_frequencies, check, inputs)
+        i = torch.arange(head_dim // 2, dtype=torch.float64)
+        mistakes = [
+            Mistake(
+                "frequencies base^(-i/D)",
+                "the exponent runs over the pair index i = 0 .. D/2-1 and is -2i/D, so the "
+                "slowest pair turns at about 1/base per position; with -i/D it only reaches "
+                "1/sqrt(base).",
+                base ** (-i / head_dim),
+            ),
+            Mistake(
+                "exponent with the wrong sign",
+                "theta_i = base**(-2i/D) decreases from 1; base**(2i/D) grows to nearly base "
+                "radians per position.",
+                base ** (2 * i / head_dim),
+            ),
+        ]
+        expect_close(
+            got,
+            reference(head_dim, base=base),
+            check=check,
+            prop="theta_i = base^(-2i/D), one per pair",
+            inputs=inputs,
+            atol=0.0,
+            rtol=1e-5,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_apply_rope(apply_rope: Callable[..., torch.Tensor], *, layout: str = "half") -> bool:
+    r"""Check a learner's ``apply_rope(x, positions, base)`` for the declared ``layout``.
+
+    Properties checked: the rotation of pair ``i`` at position ``m`` by :math:`m\theta_i`,
+    counter-clockwise (:math:`(a, b) \mapsto (a\cos - b\sin, b\cos + a\sin)`), with the pairs
+    of ``layout`` (``"half"``: ``(i, i + D/2)``; ``"interleaved"``: ``(2i, 2i + 1)``), for
+    positions that do not start at 0. Named mistakes: rotating the wrong pairs for the
+    declared layout, the sign of the rotation flipped, frequencies ``base^(-i/D)``.
+
+    Args:
+        apply_rope: a function ``apply_rope(x, positions, base) -> Tensor`` with ``x`` of shape
+            ``(..., L, D)`` and integer ``positions`` of shape ``(L,)``.
+        layout: the pairing the learner's function declares.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.rope import LAYOUTS
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    check = "check_apply_rope"
+    other = "interleaved" if layout == "half" else "half"
+    gen = torch.Generator().manual_seed(0)
+    cases = [
+        (
+            "rotates pair i by m*theta_i",
+            torch.randn(2, 3, 6, 8, generator=gen),
+            torch.arange(6),
+            10000.0,
+        ),
+        (
+            "uses the given positions, not 0..L-1",
+            torch.randn(1, 2, 4, 8, generator=gen),
+            torch.tensor([7, 3, 100, 4096]),
+            10000.0,
+        ),
+        (
+            "works for another width and base",
+            torch.randn(3, 5, 16, generator=gen),
+            torch.arange(5) + 11,
+            500.0,
+        ),
+    ]
+    for prop, x, positions, base in cases:
+        inputs = {"x": x, "positions": positions, "base": base}
+        got = _call(apply_rope, check, inputs)
+        mistakes = [
+            Mistake(
+                "rotating the wrong pairs for the declared layout",
+                f"layout={layout!r} pairs "
+                + ("(i, i + D/2)" if layout == "half" else "(2i, 2i + 1)")
+                + f"; your function rotated the pairs of layout={other!r}.",
+                _rope_reference(x, positions, base, layout=other),
+            ),
+            Mistake(
+                "the sign of the rotation flipped",
+                "pair (a, b) at angle t becomes (a cos t - b sin t, b cos t + a sin t), a "
+                "multiplication by e^{+it}; you rotated by -t (clockwise).",
+                _rope_reference(x, positions, base, layout=layout, sign=-1.0),
+            ),
+            Mistake(
+                "frequencies base^(-i/D)",
+                "theta_i = base**(-2i/D) over the pair index i = 0 .. D/2-1.",
+                _rope_reference(x, positions, base, layout=layout, exponent="i/D"),
+            ),
+        ]
+        expect_close(
+            got,
+            _rope_reference(x, positions, base, layout=layout),
+            check=check,
+            prop=prop,
+            inputs={**inputs, "layout": layout},
+            atol=1e-5,
+            rtol=1e-4,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_rope_attention(rope_attention: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``rope_attention(query, key, value, positions, base)``.
+
+    The reference rotates query and key with RoPE (half layout), leaves the values alone, and
+    returns ``softmax(q k^T / sqrt(D)) v`` (no mask). Named mistakes: rotating v, leaving
+    RoPE out.
+
+    Args:
+        rope_attention: a function ``(query, key, value, positions, base) -> Tensor`` on
+            ``(B, H, L, D)`` tensors with ``positions`` of shape ``(L,)``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    check = "check_rope_attention"
+    gen = torch.Generator().manual_seed(1)
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        weights = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+        return weights @ v  # (B, H, L, D)
+
+    for positions in (torch.arange(5), torch.arange(5) + 40):
+        q, k, v = (torch.randn(2, 2, 5, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+        inputs = {"query": q, "key": k, "value": v, "positions": positions, "base": 10000.0}
+        got = _call(rope_attention, check, inputs)
+        rq, rk, rv = (_rope_reference(t, positions, 10000.0) for t in (q, k, v))
+        mistakes = [
+            Mistake(
+                "rotating v",
+                "RoPE rotates queries and keys only; the values carry content, not position, "
+                "and rotating them mixes each output's coordinates by the key's position.",
+                attend(rq, rk, rv),
+            ),
+            Mistake(
+                "RoPE left out",
+                "rotate query and key (with the same positions) before the dot products.",
+                attend(q, k, v),
+            ),
+        ]
+        expect_close(
+            got,
+            attend(rq, rk, v),
+            check=check,
+            prop="softmax(R q (R k)^T / sqrt(D)) v",
+            inputs=inputs,
+            atol=1e-5,
+            rtol=1e-4,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_rope_weight_permutation(convert: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``convert(weight, num_heads)``: interleaved-layout rows to half layout.
+
+    ``weight`` is a query or key projection ``(num_heads * D, d_model)`` trained with the
+    interleaved layout (Meta's checkpoints); the answer permutes the ``D`` output rows of each
+    head with :func:`companion.rope.interleaved_to_half_permutation`, so that the half layout
+    (Hugging Face) gives the same attention scores. Named mistakes: the permutation in the
+    wrong direction, one permutation over all rows instead of one per head.
+
+    Args:
+        convert: a function ``convert(weight, num_heads) -> Tensor`` of the same shape.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.rope import half_to_interleaved_permutation, interleaved_to_half_permutation
+
+    check = "check_rope_weight_permutation"
+    gen = torch.Generator().manual_seed(2)
+    for num_heads, head_dim, d_model in [(2, 8, 6), (3, 4, 5)]:
+        weight = torch.randn(num_heads * head_dim, d_model, generator=gen)
+        inputs = {"weight": weight, "num_heads": num_heads}
+        got = _call(convert, check, inputs)
+        per_head = weight.view(num_heads, head_dim, d_model)  # (H, D, d_model)
+        p = interleaved_to_half_permutation(head_dim)
+        mistakes = [
+            Mistake(
+                "permutation in the wrong direction",
+                "row i of the half layout is row p[i] = 2i (i < D/2) of the interleaved one: "
+                "index with interleaved_to_half_permutation, not its inverse.",
+                per_head[:, half_to_interleaved_permutation(head_dim)].reshape(weight.shape),
+            ),
+            Mistake(
+                "one permutation over all rows instead of one per head",
+                "the pairs live inside each head: view the rows as (num_heads, D, d_model) and "
+                "permute the D axis.",
+                weight[interleaved_to_half_permutation(num_heads * head_dim)],
+            ),
+        ]
+        expect_close(
+            got,
+            per_head[:, p].reshape(weight.shape),
+            check=check,
+            prop="rows of each head permuted from interleaved to half layout",
+            inputs=inputs,
+            atol=0.0,
+            rtol=0.0,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_rope_cos_sin(rope_cos_sin: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    r"""Check a learner's float32 ``rope_cos_sin(positions, head_dim, base) -> (cos, sin)``.
+
+    Properties checked: ``cos`` and ``sin`` of :math:`m\theta_i`, shape ``(L, D/2)``, float32,
+    accurate to float32 rounding (``3e-7``) at positions up to :math:`2^{20}`. Named mistakes:
+    angles computed in float32 (off by up to 0.06 radians there), frequencies ``base^(-i/D)``.
+
+    Args:
+        rope_cos_sin: a function ``(positions, head_dim, base) -> (cos, sin)``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.rope import rope_cos_sin as reference
+    from companion.rope import rope_frequencies
+
+    check = "check_rope_cos_sin"
+    cases = [
+        ("cos and sin of m * theta_i", torch.arange(6), 8, 10000.0),
+        (
+            "float32-accurate at positions near 2^20",
+            torch.tensor([2**20 - 1, 1_000_003, 777_777]),
+            16,
+            10000.0,
+        ),
+    ]
+    for prop, positions, head_dim, base in cases:
+        inputs = {"positions": positions, "head_dim": head_dim, "base": base}
+        got = _call(rope_cos_sin, check, inputs)
+        if not (isinstance(got, tuple | list) and len(got) == 2):
+            raise CheckError(check, prop, describe_inputs(inputs), "Return a pair (cos, sin).")
+        freqs = rope_frequencies(head_dim, base=base)
+        ang32 = positions[:, None].float() * freqs.float()  # (L, D/2) float32 angles
+        wrong_freqs = base ** (-torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
+        expected = reference(positions, freqs, dtype=torch.float32)
+        wrong = reference(positions, wrong_freqs, dtype=torch.float32)
+        for index, name in enumerate(("cos", "sin")):
+            expect_close(
+                got[index],
+                expected[index],
+                check=check,
+                prop=f"{prop} ({name})",
+                inputs=inputs,
+                atol=3e-7,
+                rtol=0.0,
+                check_dtype=True,
+                mistakes=[
+                    Mistake(
+                        "angles computed in float32",
+                        "m * theta in float32 keeps about 7 significant digits, so at m near "
+                        "2^20 the angle is off by up to 0.06 radians; form the angles in "
+                        "float64, take cos and sin, then cast to float32.",
+                        (torch.cos(ang32), torch.sin(ang32))[index],
+                    ),
+                    Mistake(
+                        "frequencies base^(-i/D)",
+                        "theta_i = base**(-2i/D) over the pair index i = 0 .. D/2-1.",
+                        wrong[index],
+                    ),
+                ],
+            )
+    return True

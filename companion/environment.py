@@ -11,6 +11,7 @@ import importlib.util
 import os
 import platform
 import random
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     if seed < 0:
         raise ValueError(f"seed must be non-negative, got {seed}")
     random.seed(seed)
-    np.random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 -- learners use the legacy global generator too
     torch.manual_seed(seed)  # also seeds every CUDA device
     return torch.Generator().manual_seed(seed)
 
@@ -87,9 +88,7 @@ class PackageStatus:
     @property
     def ok(self) -> bool:
         """True when the package is installed at or above its minimum version."""
-        return self.found is not None and _version_tuple(self.found) >= _version_tuple(
-            self.minimum
-        )
+        return self.found is not None and _version_tuple(self.found) >= _version_tuple(self.minimum)
 
 
 @dataclass(frozen=True)
@@ -117,7 +116,10 @@ class EnvironmentReport:
             ("Python", self.python),
             ("Platform", self.platform),
             *[
-                (p.name, f"{p.found or 'MISSING'} (need >= {p.minimum})" + ("" if p.ok else "  <-- fix"))
+                (
+                    p.name,
+                    f"{p.found or 'MISSING'} (need >= {p.minimum})" + ("" if p.ok else "  <-- fix"),
+                )
                 for p in self.packages
             ],
             ("CUDA available", "yes" if self.cuda_available else "no (the book runs on the CPU)"),
@@ -137,12 +139,16 @@ class EnvironmentReport:
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
+    """The leading numeric release of a version string: "2.13.0+cpu" -> (2, 13, 0),
+    "3.11.2rc1" -> (3, 11, 2), "0.9.dev0" -> (0, 9)."""
+    parts: list[int] = []
     for piece in version.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
+        match = re.match(r"\d+", piece)
+        if match is None:
             break
-        parts.append(int(digits))
+        parts.append(int(match.group(0)))
+        if match.end() != len(piece):  # a pre-release suffix ends the release part
+            break
     return tuple(parts)
 
 
@@ -190,7 +196,11 @@ def environment_report(folder: str | os.PathLike[str] | None = None) -> Environm
         for name, minimum in REQUIRED_PACKAGES.items()
     )
     cuda = torch.cuda.is_available()
-    devices = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) if cuda else ()
+    devices = (
+        tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        if cuda
+        else ()
+    )
 
     spec = importlib.util.find_spec("companion")
     companion_path = str(Path(spec.origin).parent) if spec and spec.origin else "not found"
@@ -204,7 +214,9 @@ def environment_report(folder: str | os.PathLike[str] | None = None) -> Environm
                 f"with everything), or `pip install '{p.name}>={p.minimum}'`."
             )
         elif not p.ok:
-            advice.append(f"{p.name} {p.found} is older than {p.minimum}: `pip install -U {p.name}`.")
+            advice.append(
+                f"{p.name} {p.found} is older than {p.minimum}: `pip install -U {p.name}`."
+            )
     if not importable:
         advice.append(
             "companion is not importable: run `pip install -e .` from the repository root, "

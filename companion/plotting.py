@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 
+
 def to_numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
     """A float64 NumPy copy of ``x`` (detached, on the CPU), for plotting."""
     if isinstance(x, torch.Tensor):
@@ -68,5 +69,208 @@ def heatmap(
         ax.set_xticks(range(len(xticklabels)), labels=xticklabels)
     if yticklabels is not None:
         ax.set_yticks(range(len(yticklabels)), labels=yticklabels)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    return ax
+
+
+# ---- Sinusoidal positional encoding (book/01_sinusoidal_encoding) ----
+
+
+def encoding_columns(
+    ax: Axes,
+    encoding: torch.Tensor | np.ndarray,
+    columns: list[int] | tuple[int, ...],
+    *,
+    title: str = "",
+) -> Axes:
+    """Plot selected columns of a position table ``(L, D)`` as curves over the position.
+
+    Args:
+        ax: the axes to draw on.
+        encoding: a 2-D table, rows are positions.
+        columns: the column indices to draw, one curve each (labelled ``dim j``).
+        title: axes title.
+
+    Returns:
+        ``ax``.
+    """
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    table = to_numpy(encoding)
+    if table.ndim != 2:
+        raise ValueError(f"encoding must be 2-D (L, D), got shape {table.shape}")
+    for j in columns:
+        if not 0 <= j < table.shape[1]:
+            raise ValueError(f"columns must lie in [0, {table.shape[1]}), got {j}")
+        ax.plot(np.arange(table.shape[0]), table[:, j], label=f"dim {j}")
+    ax.set(title=title, xlabel="position", ylabel="value")
+    ax.legend(loc="upper right", fontsize="small")
+    return ax
+
+
+def curves(
+    ax: Axes,
+    x: torch.Tensor | np.ndarray,
+    series: dict[str, torch.Tensor | np.ndarray],
+    *,
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    logy: bool = False,
+    marker: str = "",
+) -> Axes:
+    """Plot one or more labelled curves ``y(x)`` on shared axes.
+
+    Args:
+        ax: the axes to draw on.
+        x: the abscissae, 1-D.
+        series: label -> ordinates, each 1-D with the length of ``x``.
+        title: axes title.
+        xlabel: x-axis label.
+        ylabel: y-axis label.
+        logy: use a logarithmic y axis.
+        marker: a matplotlib marker for every curve (e.g. ``"."``).
+
+    Returns:
+        ``ax``.
+    """
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    xs = to_numpy(x)
+    for label, y in series.items():
+        ys = to_numpy(y)
+        if ys.shape != xs.shape:
+            raise ValueError(f"series {label!r} has shape {ys.shape}, x has shape {xs.shape}")
+        ax.plot(xs, ys, marker=marker, label=label)
+    if logy:
+        ax.set_yscale("log")
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if len(series) > 1:
+        ax.legend(fontsize="small")
+    return ax
+
+
+# ---- Normalization (book/05_normalization) ----
+
+
+def padded_batch_diagram(
+    ax: Axes,
+    sentences: list[list[str]],
+    *,
+    dim: int = 4,
+    mode: str = "batch",
+    feature: int = 0,
+    token: tuple[int, int] = (0, 0),
+    pad: str = "[PAD]",
+) -> Axes:
+    """Draw a padded batch of sentences and the entries one normalization statistic pools.
+
+    Each sentence is a block of ``dim`` feature rows by ``L`` position columns (``L`` the
+    longest sentence); padding cells are hatched grey. ``mode="batch"`` shades feature row
+    ``feature`` in every sentence and at every position, padding included: the entries that
+    BatchNorm averages over for that feature (``(B, D, L)`` layout, as
+    :class:`torch.nn.BatchNorm1d`). ``mode="layer"`` shades the column of one token
+    ``token = (sentence, position)``: the entries LayerNorm averages over.
+
+    Args:
+        ax: the axes to draw on.
+        sentences: the tokens of each sentence.
+        dim: number of feature rows to draw.
+        mode: ``"batch"`` or ``"layer"``.
+        feature: the feature row shaded in ``"batch"`` mode.
+        token: the ``(sentence, position)`` column shaded in ``"layer"`` mode.
+        pad: the label of padding positions.
+
+    Returns:
+        ``ax``.
+    """
+    from matplotlib.patches import Rectangle
+
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    if mode not in ("batch", "layer"):
+        raise ValueError(f"mode must be 'batch' or 'layer', got {mode!r}")
+    if not sentences or any(len(s) == 0 for s in sentences):
+        raise ValueError("sentences must be a non-empty list of non-empty token lists")
+    if not 0 <= feature < dim:
+        raise ValueError(f"feature must be in [0, {dim}), got {feature}")
+    length = max(len(s) for s in sentences)
+    b_tok, l_tok = token
+    if not (0 <= b_tok < len(sentences) and 0 <= l_tok < len(sentences[b_tok])):
+        raise ValueError(f"token must index a real token, got {token}")
+    shade = "tab:orange" if mode == "batch" else "tab:blue"
+    gap = 1.6  # vertical space between sentences, room for the token labels
+    for b, sent in enumerate(sentences):
+        top = -b * (dim + gap)
+        for pos in range(length):
+            real = pos < len(sent)
+            label = sent[pos] if real else pad
+            ax.text(pos + 0.5, top + 0.35, label, ha="center", va="bottom", fontsize=9)
+            for j in range(dim):
+                chosen = (mode == "batch" and j == feature) or (
+                    mode == "layer" and (b, pos) == (b_tok, l_tok)
+                )
+                face = shade if chosen else ("white" if real else "0.85")
+                ax.add_patch(
+                    Rectangle(
+                        (pos, top - j - 1),
+                        1,
+                        1,
+                        facecolor=face,
+                        edgecolor="0.3",
+                        hatch="//" if not real else None,
+                        alpha=0.85 if chosen else 1.0,
+                    )
+                )
+        ax.text(-0.15, top - dim / 2, f"sentence {b + 1}", ha="right", va="center", fontsize=9)
+    ax.set_xlim(-2.2, length + 0.1)
+    ax.set_ylim(-(len(sentences) - 1) * (dim + gap) - dim - 0.3, 1.2)
+    ax.set_aspect("equal")
+    ax.set_xticks([i + 0.5 for i in range(length)], labels=[str(i) for i in range(length)])
+    ax.set_yticks([])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    what = (
+        f"BatchNorm: one mean/var per feature (feature {feature} shaded), pooled over "
+        "sentences and positions"
+        if mode == "batch"
+        else f"LayerNorm: one mean/var per token (sentence {b_tok + 1}, position {l_tok} shaded)"
+    )
+    ax.set(title=what, xlabel="position (rows of a block: features)")
+    return ax
+
+
+def layer_profile(
+    ax: Axes,
+    series: dict[str, list[float] | torch.Tensor | np.ndarray],
+    *,
+    xlabel: str = "layer",
+    ylabel: str = "",
+    title: str = "",
+    logy: bool = True,
+) -> Axes:
+    """Plot one quantity per layer (activation scale, gradient norm) for several models.
+
+    Args:
+        ax: the axes to draw on.
+        series: a name -> values-per-layer mapping; each becomes a line with markers.
+        xlabel: x-axis label.
+        ylabel: y-axis label.
+        title: axes title.
+        logy: logarithmic y axis.
+
+    Returns:
+        ``ax``.
+    """
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    if not series:
+        raise ValueError("series must name at least one line")
+    for name, values in series.items():
+        v = to_numpy(values) if isinstance(values, torch.Tensor) else np.asarray(values, float)
+        ax.plot(np.arange(1, len(v) + 1), v, marker="o", markersize=3, label=name)
+    if logy:
+        ax.set_yscale("log")
+    ax.legend()
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     return ax

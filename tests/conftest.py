@@ -33,3 +33,20 @@ DEVICES = [
 def device(request: pytest.FixtureRequest) -> torch.device:
     """Each test that takes ``device`` runs on the CPU and, when present, on CUDA."""
     return torch.device(request.param)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--browser",
+        action="store_true",
+        default=False,
+        help="run tests/browser: open the built book (_build/html) in headless Chromium",
+    )
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    """tests/browser checks the *built* book, so it runs only when asked (`make browser`,
+    after the build), never as part of the unit tests."""
+    if collection_path.name == "browser" and not config.getoption("--browser"):
+        return True
+    return None

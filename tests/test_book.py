@@ -1,0 +1,175 @@
+"""Checks of the book's sources: the table of contents, notebook hygiene, the chapter
+skeleton and the exercise pattern. Fast; no notebook is executed here (nbmake does that)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
+NB_IDS = [nb.name for nb in NOTEBOOKS]
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(toc.get("parts", []))
+    walk(toc.get("chapters", []))
+    return files
+
+
+def load(nb: Path) -> dict:
+    return json.loads(nb.read_text(encoding="utf-8"))
+
+
+def code_cells(nb: dict) -> list[dict]:
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def source(cell: dict) -> str:
+    src = cell["source"]
+    return "".join(src) if isinstance(src, list) else src
+
+
+def test_there_are_chapters() -> None:
+    assert NOTEBOOKS, "book/ holds no notebooks"
+
+
+def test_every_toc_entry_exists() -> None:
+    missing = [
+        f
+        for f in toc_files()
+        if not any((ROOT / f"{f}{ext}").exists() for ext in (".md", ".ipynb"))
+        and not (ROOT / f).exists()
+    ]
+    assert not missing, f"_toc.yml lists files that do not exist: {missing}"
+
+
+def test_every_page_is_in_the_toc() -> None:
+    listed = {str(Path(f).with_suffix("")) for f in toc_files()}
+    pages = sorted(BOOK.glob("*.ipynb")) + sorted(BOOK.glob("*.md"))
+    orphans = [p.name for p in pages if str(p.relative_to(ROOT).with_suffix("")) not in listed]
+    assert not orphans, f"pages not in _toc.yml (they would not be built): {orphans}"
+
+
+def test_chapter_files_follow_the_layout() -> None:
+    """book/NN_topic.ipynb: a two-digit number and a snake_case topic."""
+    bad = [nb.name for nb in NOTEBOOKS if not re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", nb.name)]
+    assert not bad, f"notebooks not named NN_topic.ipynb: {bad}"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
+def test_no_committed_outputs(nb_path: Path) -> None:
+    dirty = [
+        i
+        for i, c in enumerate(load(nb_path)["cells"])
+        if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count") is not None)
+    ]
+    assert not dirty, f"{nb_path.name}: code cells {dirty} have outputs; run nbstripout"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
+def test_first_code_cell_imports_companion_and_seeds(nb_path: Path) -> None:
+    cells = code_cells(load(nb_path))
+    assert cells, f"{nb_path.name} has no code cell"
+    first = source(cells[0])
+    assert re.search(r"^\s*(import companion|from companion\b)", first, re.M), (
+        f"{nb_path.name}: the first code cell must import from companion, got:\n{first}"
+    )
+    assert re.search(r"seed_everything\(|manual_seed\(", first), (
+        f"{nb_path.name}: the first code cell must seed the random generators, got:\n{first}"
+    )
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
+def test_chapter_opens_with_label_and_title(nb_path: Path) -> None:
+    first = source(load(nb_path)["cells"][0])
+    assert re.match(r"\(ch-[a-z0-9-]+\)=\n# \S", first), (
+        f"{nb_path.name}: the first cell must be a label `(ch-...)=` and a `# Title`"
+    )
+
+
+NETWORK = re.compile(
+    r"https?://|\burllib\b|\brequests\b|\bhttpx\b|\bsocket\b|from_pretrained|hf_hub_download"
+    r"|snapshot_download|load_dataset|torch\.hub|\bwget\b|\bcurl\b|!pip|%pip"
+)
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
+def test_no_notebook_touches_the_network(nb_path: Path) -> None:
+    hits = [
+        (i, m.group(0))
+        for i, cell in enumerate(load(nb_path)["cells"])
+        if cell["cell_type"] == "code"
+        for m in [NETWORK.search(source(cell))]
+        if m
+    ]
+    assert not hits, f"{nb_path.name}: code cells that may reach the network: {hits}"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
+def test_exercises_have_gated_solutions_that_run_a_checker(nb_path: Path) -> None:
+    cells = load(nb_path)["cells"]
+    exercises = []
+    solutions: dict[str, list[dict]] = {}
+    current: str | None = None
+    for cell in cells:
+        text = source(cell)
+        if cell["cell_type"] == "markdown":
+            exercises += re.findall(r"```\{exercise\}[^\n]*\n:label: (\S+)", text)
+            start = re.search(r"```\{solution-start\} (\S+)", text)
+            if start:
+                assert current is None, f"{nb_path.name}: nested solution-start"
+                current = start.group(1)
+                solutions[current] = []
+            if "{solution-end}" in text:
+                assert current is not None, f"{nb_path.name}: solution-end without a start"
+                current = None
+        elif current is not None:
+            solutions[current].append(cell)
+    assert current is None, f"{nb_path.name}: solution {current} is never closed"
+    for label in exercises:
+        assert label in solutions, f"{nb_path.name}: exercise {label} has no solution"
+        body = "\n".join(source(c) for c in solutions[label])
+        assert re.search(r"\bcheck\w*\(", body), (
+            f"{nb_path.name}: the solution to {label} must call its checker"
+        )
+        skipped = [
+            c for c in solutions[label] if "skip-execution" in c.get("metadata", {}).get("tags", [])
+        ]
+        assert not skipped, f"{nb_path.name}: the solution to {label} must run at build"
+
+
+def test_solution_blocks_are_dropdowns() -> None:
+    for nb_path in NOTEBOOKS:
+        for cell in load(nb_path)["cells"]:
+            text = source(cell)
+            for block in re.findall(r"```\{solution(?:-start)?\}[^`]*```", text):
+                assert ":class: dropdown" in block, f"{nb_path.name}: solution not hidden"
+
+
+def test_every_module_has_a_test_file() -> None:
+    modules = sorted((ROOT / "companion").glob("*.py"))
+    missing = [
+        m.name
+        for m in modules
+        if m.stem != "__init__" and not (ROOT / "tests" / f"test_{m.stem}.py").exists()
+    ]
+    assert not missing, f"companion modules without tests/test_<module>.py: {missing}"

@@ -1,0 +1,497 @@
+"""Tests for companion.norm: oracles (torch built-ins, Hugging Face, float64 loops),
+hypothesis properties, a validation table, and the chapter's checkers both ways."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from companion import checks, norm
+
+DTYPE_TOL = {
+    torch.float32: {"atol": 1e-5, "rtol": 1e-5},
+    torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2},
+}
+
+
+def _randn(*shape: int, seed: int = 0, dtype=torch.float32, device="cpu") -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype=dtype, device=device)
+
+
+# ---- oracle: a float64 loop written from the formulas ---------------------------------------
+
+
+def _loop_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float):
+    rows = x.double().reshape(-1, x.shape[-1])
+    out = torch.empty_like(rows)
+    for i, row in enumerate(rows):
+        d = len(row)
+        mu = sum(float(v) for v in row) / d
+        var = sum((float(v) - mu) ** 2 for v in row) / d
+        for j in range(d):
+            out[i, j] = float(weight[j]) * (float(row[j]) - mu) / math.sqrt(var + eps) + float(
+                bias[j]
+            )
+    return out.reshape(x.shape)
+
+
+def test_layer_norm_matches_float64_loop():
+    x = 3 * _randn(3, 4, 7) + 2
+    w, b = _randn(7, seed=1), _randn(7, seed=2)
+    got = norm.layer_norm(x.double(), 7, w.double(), b.double(), eps=1e-5)
+    torch.testing.assert_close(got, _loop_layer_norm(x, w, b, 1e-5), atol=1e-12, rtol=1e-12)
+
+
+def test_batch_norm_matches_float64_loop():
+    x = _randn(5, 3, 4).double()
+    got = norm.batch_norm(x, training=True, eps=1e-5)
+    for j in range(3):
+        vals = [float(v) for v in x[:, j, :].flatten()]
+        mu = sum(vals) / len(vals)
+        var = sum((v - mu) ** 2 for v in vals) / len(vals)
+        expected = (x[:, j, :] - mu) / math.sqrt(var + 1e-5)
+        torch.testing.assert_close(got[:, j, :], expected, atol=1e-12, rtol=1e-12)
+
+
+# ---- oracle: torch built-ins -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(8, 5), (4, 5, 7)], ids=["BD", "BDL"])
+def test_batch_norm_module_matches_batchnorm1d(device, dtype, shape):
+    ref = nn.BatchNorm1d(5, momentum=0.2).to(device=device, dtype=dtype)
+    mine = norm.BatchNorm(5, momentum=0.2, device=device, dtype=dtype)
+    with torch.no_grad():
+        ref.weight.copy_(_randn(5, seed=1))
+        ref.bias.copy_(_randn(5, seed=2))
+        mine.weight.copy_(ref.weight)
+        mine.bias.copy_(ref.bias)
+    for step in range(4):  # several steps: the running statistics accumulate
+        x = (3 * _randn(*shape, seed=10 + step) + 2).to(device=device, dtype=dtype)
+        torch.testing.assert_close(mine(x), ref(x), **DTYPE_TOL[dtype])
+    torch.testing.assert_close(mine.running_mean, ref.running_mean, **DTYPE_TOL[dtype])
+    torch.testing.assert_close(mine.running_var, ref.running_var, **DTYPE_TOL[dtype])
+    ref.eval()
+    mine.eval()
+    x = (3 * _randn(*shape, seed=99) + 2).to(device=device, dtype=dtype)
+    torch.testing.assert_close(mine(x), ref(x), **DTYPE_TOL[dtype])
+    assert mine(x).dtype == dtype and mine(x).device.type == torch.device(device).type
+
+
+def test_batch_norm_running_var_is_unbiased_and_normalizer_biased():
+    x = _randn(4, 3) * 2
+    rm, rv = torch.zeros(3), torch.ones(3)
+    y = norm.batch_norm(x, rm, rv, training=True, momentum=1.0, eps=1e-12)
+    torch.testing.assert_close(rv, x.var(0, correction=1))  # momentum 1: the batch's unbiased
+    torch.testing.assert_close(rm, x.mean(0))
+    torch.testing.assert_close(y.var(0, correction=0), torch.ones(3), atol=1e-5, rtol=1e-5)
+
+
+def test_batch_norm_eval_does_not_touch_running_stats():
+    rm, rv = _randn(3, seed=1), 1 + _randn(3, seed=2).abs()
+    rm0, rv0 = rm.clone(), rv.clone()
+    x = _randn(4, 3)
+    y = norm.batch_norm(x, rm, rv, training=False)
+    assert torch.equal(rm, rm0) and torch.equal(rv, rv0)
+    torch.testing.assert_close(y, F.batch_norm(x, rm0, rv0, training=False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("normalized_shape", [(16,), (4, 16)])
+def test_layer_norm_matches_torch(device, dtype, normalized_shape):
+    x = (2 * _randn(3, 4, 16, seed=3) + 1).to(device=device, dtype=dtype)
+    w = _randn(*normalized_shape, seed=4).to(device=device, dtype=dtype)
+    b = _randn(*normalized_shape, seed=5).to(device=device, dtype=dtype)
+    got = norm.layer_norm(x, normalized_shape, w, b, eps=1e-5)
+    torch.testing.assert_close(got, F.layer_norm(x, normalized_shape, w, b, eps=1e-5))
+    mod = norm.LayerNorm(normalized_shape, device=device, dtype=dtype)
+    ref = nn.LayerNorm(normalized_shape, device=device, dtype=dtype)
+    torch.testing.assert_close(mod(x), ref(x))
+    assert got.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("eps", [1e-6, 1e-5])
+def test_rms_norm_matches_torch(device, dtype, eps):
+    x = _randn(3, 4, 16, seed=6).to(device=device, dtype=dtype)
+    w = _randn(16, seed=7).to(device=device, dtype=dtype)
+    ref = nn.RMSNorm(16, eps=eps, device=device, dtype=dtype)  # eps passed: torch's default differs
+    with torch.no_grad():
+        ref.weight.copy_(w)
+    mod = norm.RMSNorm(16, eps=eps, device=device, dtype=dtype)
+    with torch.no_grad():
+        mod.weight.copy_(w)
+    torch.testing.assert_close(mod(x), ref(x))
+    torch.testing.assert_close(norm.rms_norm(x, 16, w, eps=eps), F.rms_norm(x, (16,), w, eps=eps))
+
+
+def test_rms_norm_variants_match_hugging_face(device):
+    modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
+    modeling_gemma = pytest.importorskip("transformers.models.gemma.modeling_gemma")
+    x = (4 * _randn(2, 5, 32, seed=8)).to(device=device, dtype=torch.bfloat16)
+    llama = modeling_llama.LlamaRMSNorm(32, eps=1e-6).to(device=device, dtype=torch.bfloat16)
+    gemma = modeling_gemma.GemmaRMSNorm(32, eps=1e-6).to(device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        llama.weight.copy_(_randn(32, seed=9))
+        gemma.weight.copy_(_randn(32, seed=10))
+    # bit for bit: same operations in the same order
+    assert torch.equal(norm.rms_norm(x, 32, llama.weight, variant="llama"), llama(x))
+    assert torch.equal(norm.rms_norm(x, 32, gemma.weight, variant="gemma"), gemma(x))
+    mine = norm.RMSNorm(32, variant="gemma", device=device)
+    assert torch.count_nonzero(mine.weight) == 0  # Gemma initialises the offset at zero
+    # ... and the cast position matters in bfloat16: the variants differ somewhere
+    w = llama.weight
+    assert not torch.equal(
+        norm.rms_norm(x, 32, w, variant="llama"), norm.rms_norm(x, 32, w, variant="torch")
+    )
+
+
+def test_statistics_are_stable_for_large_mean():
+    x = 1e4 + _randn(4, 512, seed=11)  # float32: E[x^2] - E[x]^2 loses every digit here
+    y = norm.layer_norm(x, 512, eps=1e-5)
+    expected = F.layer_norm(x.double(), (512,), eps=1e-5).float()
+    torch.testing.assert_close(y, expected, atol=2e-3, rtol=2e-3)
+    xb = x.T.contiguous()  # (B, D) with the large mean per feature
+    yb = norm.batch_norm(xb, training=True)
+    torch.testing.assert_close(
+        yb, F.batch_norm(xb.double(), None, None, training=True).float(), atol=2e-3, rtol=2e-3
+    )
+
+
+def test_half_precision_keeps_dtype_and_stays_finite():
+    x = (300 * _randn(2, 8, 64, seed=12)).to(torch.float16)  # x**2 overflows float16
+    for out in (norm.layer_norm(x, 64), norm.rms_norm(x, 64), norm.batch_norm(x.transpose(1, 2))):
+        assert out.dtype == torch.float16
+        assert torch.isfinite(out).all()
+
+
+# ---- residual builders -----------------------------------------------------------------------
+
+
+def test_blocks_compute_their_formulas():
+    torch.manual_seed(0)
+    f = norm.mlp(8)
+    ln = norm.LayerNorm(8)
+    x = _randn(2, 3, 8)
+    torch.testing.assert_close(norm.PreLNBlock(8, f, ln)(x), x + f(ln(x)))
+    torch.testing.assert_close(norm.PostLNBlock(8, f, ln)(x), ln(x + f(x)))
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_residual_stack_structure(placement, kind):
+    stack = norm.residual_stack(3, 8, placement=placement, norm=kind)
+    block = norm.PreLNBlock if placement == "pre" else norm.PostLNBlock
+    norm_cls = norm.LayerNorm if kind == "layer" else norm.RMSNorm
+    assert all(isinstance(stack[i], block) for i in range(3))
+    assert all(isinstance(stack[i].norm, norm_cls) for i in range(3))
+    assert len(stack) == (4 if placement == "pre" else 3)  # Pre-LN ends with a final norm
+    y = stack(_randn(2, 5, 8))
+    assert y.shape == (2, 5, 8)
+
+
+def test_post_ln_output_is_normalized():
+    stack = norm.residual_stack(4, 16, placement="post")
+    y = stack(5 * _randn(3, 16) + 2)
+    torch.testing.assert_close(y.mean(-1), torch.zeros(3), atol=1e-5, rtol=0)
+
+
+# ---- properties ------------------------------------------------------------------------------
+
+rows = st.integers(min_value=1, max_value=4)
+widths = st.integers(min_value=2, max_value=32)
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
+
+
+@given(b=rows, d=widths, seed=seeds)
+def test_layer_norm_rows_have_mean_zero_variance_one(b, d, seed):
+    x = 5 * _randn(b, d, seed=seed) + 3
+    y = norm.layer_norm(x.double(), d, eps=1e-12)
+    torch.testing.assert_close(y.mean(-1), torch.zeros(b, dtype=torch.float64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(
+        y.var(-1, correction=0), torch.ones(b, dtype=torch.float64), atol=1e-6, rtol=0
+    )
+
+
+@given(
+    b=rows,
+    d=widths,
+    seed=seeds,
+    shift=st.floats(-1e3, 1e3),
+    scale=st.floats(0.01, 100.0),
+)
+def test_layer_norm_shift_and_scale_invariance(b, d, seed, shift, scale):
+    x = _randn(b, d, seed=seed).double()
+    y = norm.layer_norm(x, d, eps=1e-12)
+    torch.testing.assert_close(
+        norm.layer_norm(scale * x + shift, d, eps=1e-12), y, atol=1e-6, rtol=1e-6
+    )
+
+
+@given(b=rows, d=widths, seed=seeds, scale=st.floats(0.01, 100.0))
+def test_rms_norm_scale_invariance_but_not_shift(b, d, seed, scale):
+    x = _randn(b, d, seed=seed).double()
+    y = norm.rms_norm(x, d, eps=1e-12)
+    torch.testing.assert_close(norm.rms_norm(scale * x, d, eps=1e-12), y, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(
+        y.square().mean(-1), torch.ones(b, dtype=torch.float64), atol=1e-6, rtol=0
+    )
+
+
+@given(d=widths, seed=seeds, mean=st.floats(1e3, 1e5))
+def test_layer_norm_large_mean_stability_float32(d, seed, mean):
+    x = (mean + _randn(2, d, seed=seed)).float()
+    got = norm.layer_norm(x, d)
+    expected = F.layer_norm(x.double(), (d,)).float()
+    # float32 keeps ~7 digits of x itself: the error scales with mean * 2^-24
+    tol = 4 * mean * 2**-24 * 10
+    torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
+
+
+@given(b=st.integers(2, 6), seed=seeds)
+def test_layer_norm_is_independent_of_batch_partners(b, seed):
+    x = _randn(b, 3, 8, seed=seed)
+    alone = norm.layer_norm(x[:1], 8)
+    torch.testing.assert_close(norm.layer_norm(x, 8)[:1], alone)
+
+
+# ---- validation table ------------------------------------------------------------------------
+
+X = torch.zeros(2, 4)
+
+BAD = [
+    (lambda: norm.layer_norm([1.0, 2.0], 2), TypeError, "x must be a torch.Tensor, got list"),
+    (
+        lambda: norm.layer_norm(torch.ones(2, 4, dtype=torch.long), 4),
+        TypeError,
+        "x must have a floating dtype, got torch.int64",
+    ),
+    (
+        lambda: norm.layer_norm(X, 5),
+        ValueError,
+        r"normalized_shape \(5,\) must match the last dims of x, got x of shape \(2, 4\)",
+    ),
+    (lambda: norm.layer_norm(X, 0), ValueError, "normalized_shape must be non-empty and positive"),
+    (lambda: norm.layer_norm(X, 4.0), TypeError, "normalized_shape must be an int or a sequence"),
+    (lambda: norm.layer_norm(X, 4, eps=0.0), ValueError, "eps must be positive, got 0.0"),
+    (lambda: norm.layer_norm(X, 4, eps=-1e-5), ValueError, "eps must be positive, got -1e-05"),
+    (lambda: norm.layer_norm(X, 4, eps="1e-5"), TypeError, "eps must be a float, got str"),
+    (
+        lambda: norm.layer_norm(X, 4, torch.ones(5)),
+        ValueError,
+        r"weight must have shape \(4,\), got \(5,\)",
+    ),
+    (
+        lambda: norm.layer_norm(X, 4, None, torch.ones(3)),
+        ValueError,
+        r"bias must have shape \(4,\), got \(3,\)",
+    ),
+    (
+        lambda: norm.layer_norm(X, 4, torch.ones(4, dtype=torch.long)),
+        TypeError,
+        "weight must have a floating dtype",
+    ),
+    (lambda: norm.rms_norm(X, 3), ValueError, "normalized_shape"),
+    (lambda: norm.rms_norm(X, 4, eps=0), ValueError, "eps must be positive, got 0"),
+    (lambda: norm.rms_norm(X, 4, variant="t5"), ValueError, "variant must be one of"),
+    (lambda: norm.rms_norm(torch.ones(4, dtype=torch.int32), 4), TypeError, "floating dtype"),
+    (
+        lambda: norm.batch_norm(torch.zeros(4)),
+        ValueError,
+        r"x must be \(B, D\) or \(B, D, L\), got shape \(4,\)",
+    ),
+    (
+        lambda: norm.batch_norm(torch.zeros(1, 4)),
+        ValueError,
+        "more than 1 value per feature in training mode",
+    ),
+    (
+        lambda: norm.batch_norm(X, training=False),
+        ValueError,
+        "running_mean and running_var are required when training=False",
+    ),
+    (
+        lambda: norm.batch_norm(X, torch.zeros(4)),
+        ValueError,
+        "running_mean and running_var must be given together",
+    ),
+    (
+        lambda: norm.batch_norm(X, torch.zeros(3), torch.ones(3)),
+        ValueError,
+        r"running_mean must have shape \(4,\), got \(3,\)",
+    ),
+    (
+        lambda: norm.batch_norm(X, momentum=1.5),
+        ValueError,
+        r"momentum must be in \[0, 1\], got 1.5",
+    ),
+    (lambda: norm.batch_norm(X, eps=0.0), ValueError, "eps must be positive"),
+    (lambda: norm.batch_norm(X.long()), TypeError, "floating dtype"),
+    (lambda: norm.BatchNorm(0), ValueError, "num_features must be positive, got 0"),
+    (lambda: norm.RMSNorm(4, variant="x"), ValueError, "variant must be one of"),
+    (lambda: norm.LayerNorm(4, eps=0.0), ValueError, "eps must be positive"),
+    (lambda: norm.residual_stack(0, 4), ValueError, "depth must be a positive int, got 0"),
+    (
+        lambda: norm.residual_stack(2, 4, placement="middle"),
+        ValueError,
+        "placement must be 'pre' or 'post', got 'middle'",
+    ),
+    (
+        lambda: norm.residual_stack(2, 4, norm="batch"),
+        ValueError,
+        "norm must be 'layer' or 'rms', got 'batch'",
+    ),
+    (
+        lambda: norm.PreLNBlock(4, nn.Identity(), nn.Identity())(torch.zeros(2, 5)),
+        ValueError,
+        r"x must have last dim 4, got shape \(2, 5\)",
+    ),
+    (lambda: norm.mlp(0), ValueError, "dim must be a positive int, got 0"),
+]
+
+
+@pytest.mark.parametrize("call, exc, match", BAD)
+def test_bad_input_is_rejected(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+# ---- checkers, both ways ---------------------------------------------------------------------
+
+
+def _ln(x, weight, bias, eps, *, correction=0, outside=False, dim=-1, gain=True):
+    var, mean = torch.var_mean(x, dim=dim, correction=correction, keepdim=True)
+    denom = var.sqrt() + eps if outside else torch.sqrt(var + eps)
+    y = (x - mean) / denom
+    return (y * weight if gain else y) + bias
+
+
+def test_check_layer_norm_accepts_package():
+    assert checks.check_layer_norm(
+        lambda x, weight, bias, eps: norm.layer_norm(x, x.shape[-1], weight, bias, eps=eps)
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"correction": 1}, "unbiased variance"),
+        ({"outside": True}, "eps outside the square root"),
+        ({"correction": 1, "outside": True}, "Annotated Transformer"),
+        ({"dim": 0}, "normalizing over the batch axis"),
+        ({"gain": False}, "forgetting the gain"),
+    ],
+)
+def test_check_layer_norm_names_mistakes(kwargs, name):
+    with pytest.raises(checks.CheckError, match=name) as info:
+        checks.check_layer_norm(lambda x, weight, bias, eps: _ln(x, weight, bias, eps, **kwargs))
+    assert info.value.mistake is not None and name.split()[0] in info.value.mistake
+
+
+def _rms(x, weight, eps, *, center=False, outside=False, gain=True, total=False):
+    if center:
+        x = x - x.mean(-1, keepdim=True)
+    ms = x.square().sum(-1, keepdim=True) if total else x.square().mean(-1, keepdim=True)
+    y = x / (ms.sqrt() + eps) if outside else x * torch.rsqrt(ms + eps)
+    return y * weight if gain else y
+
+
+def test_check_rms_norm_both_ways():
+    assert checks.check_rms_norm(
+        lambda x, weight, eps: norm.rms_norm(x, x.shape[-1], weight, eps=eps)
+    )
+    for kwargs, name in [
+        ({"center": True}, "subtracting the mean"),
+        ({"outside": True}, "eps outside the square root"),
+        ({"gain": False}, "forgetting the gain"),
+        ({"total": True}, "sum of squares"),
+    ]:
+        with pytest.raises(checks.CheckError, match=name):
+            checks.check_rms_norm(lambda x, weight, eps, kw=kwargs: _rms(x, weight, eps, **kw))
+
+
+def _bn(
+    x,
+    rm,
+    rv,
+    weight,
+    bias,
+    momentum,
+    eps,
+    *,
+    correction=0,
+    outside=False,
+    dim=0,
+    gain=True,
+    run_biased=False,
+    swap=False,
+):
+    n = x.shape[0]
+    var, mean = torch.var_mean(x, dim=dim, correction=correction, keepdim=True)
+    denom = var.sqrt() + eps if outside else torch.sqrt(var + eps)
+    y = (x - mean) / denom
+    y = (y * weight if gain else y) + bias
+    bvar, bmean = torch.var_mean(x, dim=0, correction=0)
+    run_var = bvar if run_biased else bvar * n / (n - 1)
+    m = 1 - momentum if swap else momentum
+    return y, (1 - m) * rm + m * bmean, (1 - m) * rv + m * run_var
+
+
+def test_check_batch_norm_accepts_package():
+    def mine(x, running_mean, running_var, weight, bias, momentum, eps):
+        y = norm.batch_norm(x, running_mean, running_var, weight, bias, momentum=momentum, eps=eps)
+        return y, running_mean, running_var
+
+    assert checks.check_batch_norm(mine)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"correction": 1}, "unbiased variance"),
+        ({"outside": True}, "eps outside the square root"),
+        ({"dim": -1}, "normalizing over the feature axis"),
+        ({"gain": False}, "forgetting the gain"),
+        ({"run_biased": True}, "biased variance in the running estimate"),
+        ({"swap": True}, "momentum the wrong way round"),
+    ],
+)
+def test_check_batch_norm_names_mistakes(kwargs, name):
+    with pytest.raises(checks.CheckError, match=name):
+        checks.check_batch_norm(lambda *a: _bn(*a, **kwargs))
+
+
+def test_check_batch_norm_wants_a_tuple():
+    with pytest.raises(checks.CheckError, match="returns"):
+        checks.check_batch_norm(lambda x, *a: x)
+
+
+def test_check_variance_both_ways():
+    assert checks.check_variance(lambda x, dim: torch.var(x, dim=dim, correction=0))
+    with pytest.raises(checks.CheckError, match="catastrophic cancellation"):
+        checks.check_variance(lambda x, dim: x.square().mean(dim) - x.mean(dim).square())
+    with pytest.raises(checks.CheckError, match="unbiased variance"):
+        checks.check_variance(lambda x, dim: torch.var(x, dim=dim, correction=1))
+
+
+def test_check_residual_blocks_both_ways():
+    def pre(x, sublayer, norm):
+        return x + sublayer(norm(x))
+
+    def post(x, sublayer, norm):
+        return norm(x + sublayer(x))
+
+    assert checks.check_residual_blocks(pre, post)
+    with pytest.raises(checks.CheckError, match="Post-LN order"):
+        checks.check_residual_blocks(post, post)
+    with pytest.raises(checks.CheckError, match="Pre-LN order"):
+        checks.check_residual_blocks(pre, pre)
+    with pytest.raises(checks.CheckError, match="no residual"):
+        checks.check_residual_blocks(lambda x, sublayer, norm: sublayer(norm(x)), post)

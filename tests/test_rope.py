@@ -1,0 +1,577 @@
+"""Tests of companion.rope: oracles (a float64 loop over 2x2 rotations, Hugging Face
+transformers, a Meta-style complex implementation), hypothesis properties, the validation
+table, and the chapter's checkers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from companion import checks, rope
+from companion.checks import CheckError
+from companion.rope import (
+    apply_rope,
+    apply_rope_complex,
+    half_to_interleaved_permutation,
+    interleaved_to_half_permutation,
+    rope_cos_sin,
+    rope_freqs_cis,
+    rope_frequencies,
+    rotate_half,
+    rotate_interleaved,
+)
+
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig  # noqa: E402
+from transformers.models.llama.modeling_llama import (  # noqa: E402
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+)
+from transformers.models.llama.modeling_llama import rotate_half as hf_rotate_half  # noqa: E402
+
+LAYOUTS = ["half", "interleaved"]
+TOL = {
+    torch.float64: {"atol": 1e-12, "rtol": 1e-12},
+    torch.float32: {"atol": 2e-6, "rtol": 1e-5},
+    torch.bfloat16: {"atol": 3e-2, "rtol": 2e-2},
+}
+
+
+# ---- independent references ----------------------------------------------------------------------
+
+
+def loop_rope(x: torch.Tensor, positions: torch.Tensor, base: float, layout: str) -> torch.Tensor:
+    """Float64 oracle from the formula: one explicit 2x2 rotation per (position, pair)."""
+    x = x.to(torch.float64)
+    out = torch.empty_like(x)
+    dim = x.shape[-1]
+    for row, m in enumerate(positions.tolist()):
+        for i in range(dim // 2):
+            theta = base ** (-2.0 * i / dim)
+            c, s = math.cos(m * theta), math.sin(m * theta)
+            a_idx, b_idx = (i, i + dim // 2) if layout == "half" else (2 * i, 2 * i + 1)
+            a, b = x[..., row, a_idx], x[..., row, b_idx]
+            out[..., row, a_idx] = c * a - s * b
+            out[..., row, b_idx] = s * a + c * b
+    return out
+
+
+def meta_precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> torch.Tensor:
+    """Meta's LLaMA reference ``precompute_freqs_cis`` (float32 angles, as published)."""
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    t = torch.arange(end, device=freqs.device)
+    freqs = torch.outer(t, freqs).float()
+    return torch.polar(torch.ones_like(freqs), freqs)  # complex64
+
+
+def meta_apply_rotary_emb(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+    """Meta's ``apply_rotary_emb`` for one tensor of shape (B, L, H, D), interleaved pairs."""
+    x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    shape = [d if i in (1, x_.ndim - 1) else 1 for i, d in enumerate(x_.shape)]
+    out = torch.view_as_real(x_ * freqs_cis.view(*shape)).flatten(3)
+    return out.type_as(x)
+
+
+def hf_cos_sin(head_dim: int, positions: torch.Tensor, x: torch.Tensor, base: float = 10000.0):
+    config = LlamaConfig(
+        hidden_size=2 * head_dim,
+        num_attention_heads=2,
+        head_dim=head_dim,
+        max_position_embeddings=4096,
+        rope_parameters={"rope_type": "default", "rope_theta": base},
+    )
+    emb = LlamaRotaryEmbedding(config).to(x.device)
+    return emb(x, positions[None].to(x.device))  # (1, L, D) each, in x.dtype
+
+
+# ---- oracle tests ---------------------------------------------------------------------------------
+
+
+def test_frequencies_match_formula_and_hf_inv_freq() -> None:
+    theta = rope_frequencies(16, base=10000.0)
+    assert theta.dtype == torch.float64 and theta.shape == (8,)
+    expected = torch.tensor([10000.0 ** (-2 * i / 16) for i in range(8)], dtype=torch.float64)
+    torch.testing.assert_close(theta, expected, atol=0, rtol=1e-15)
+    config = LlamaConfig(hidden_size=32, num_attention_heads=2, head_dim=16)
+    inv_freq = LlamaRotaryEmbedding(config).inv_freq
+    torch.testing.assert_close(theta.float(), inv_freq)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_apply_rope_matches_float64_loop(layout: str, dtype: torch.dtype, device) -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 8, generator=gen, dtype=torch.float64)
+    positions = torch.tensor([0, 1, 7, 100, 1000])
+    cos, sin = rope_cos_sin(positions, rope_frequencies(8), dtype=torch.float64, device=device)
+    got = apply_rope(x.to(device, dtype), cos, sin, layout=layout)
+    assert got.dtype == dtype and got.device.type == device.type
+    expected = loop_rope(x.to(dtype), positions, 10000.0, layout)
+    torch.testing.assert_close(got.cpu().double(), expected, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_half_layout_matches_hugging_face(dtype: torch.dtype, device) -> None:
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 12, 16, generator=gen).to(device, dtype)
+    k = torch.randn(2, 4, 12, 16, generator=gen).to(device, dtype)
+    positions = torch.arange(12) + 5
+    hf_cos, hf_sin = hf_cos_sin(16, positions, q)  # (1, L, D), float32 angles, cast to dtype
+    hf_q, hf_k = apply_rotary_pos_emb(q, k, hf_cos, hf_sin, unsqueeze_dim=1)
+    cos, sin = rope_cos_sin(positions, rope_frequencies(16), device=device)  # (L, D/2)
+    torch.testing.assert_close(apply_rope(q, cos, sin), hf_q, **TOL[dtype])
+    torch.testing.assert_close(apply_rope(k, cos, sin), hf_k, **TOL[dtype])
+    # our layout-independent table is HF's first half; HF repeats it
+    torch.testing.assert_close(hf_cos[0], torch.cat((cos, cos), -1).to(dtype), **TOL[dtype])
+
+
+def test_hugging_face_with_position_ids_and_bhld_vs_blhd(device) -> None:
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 6, 3, 8, generator=gen).to(device)  # (B, L, H, D)
+    position_ids = torch.tensor([[0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 15]])
+    config = LlamaConfig(hidden_size=16, num_attention_heads=2, head_dim=8)
+    hf_cos, hf_sin = LlamaRotaryEmbedding(config).to(device)(q, position_ids.to(device))
+    hf_q, _ = apply_rotary_pos_emb(q, q, hf_cos, hf_sin, unsqueeze_dim=2)
+    cos, sin = rope_cos_sin(position_ids, rope_frequencies(8), device=device)  # (B, L, D/2)
+    torch.testing.assert_close(apply_rope(q, cos, sin, seq_dim=1), hf_q)
+    torch.testing.assert_close(apply_rope(q, cos, sin, seq_dim=-3), hf_q)
+    bhld = apply_rope(q.transpose(1, 2), cos, sin)  # (B, H, L, D)
+    torch.testing.assert_close(bhld.transpose(1, 2), hf_q)
+
+
+def test_rotate_half_is_hugging_face_rotate_half(device) -> None:
+    x = torch.randn(3, 5, 10, device=device)
+    assert torch.equal(rotate_half(x), hf_rotate_half(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_interleaved_layout_matches_meta_complex_reference(dtype: torch.dtype, device) -> None:
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 9, 4, 16, generator=gen).to(device, dtype)  # (B, L, H, D) as in Meta
+    freqs_cis = meta_precompute_freqs_cis(16, 9).to(device)
+    expected = meta_apply_rotary_emb(x, freqs_cis)
+    cos, sin = rope_cos_sin(torch.arange(9), rope_frequencies(16), device=device)
+    torch.testing.assert_close(
+        apply_rope(x, cos, sin, layout="interleaved", seq_dim=1), expected, **TOL[dtype]
+    )
+    ours_cis = rope_freqs_cis(torch.arange(9), rope_frequencies(16), device=device)
+    torch.testing.assert_close(apply_rope_complex(x, ours_cis, seq_dim=1), expected, **TOL[dtype])
+
+
+def test_interleaved_layout_matches_hugging_face_after_permutation(device) -> None:
+    """Meta (interleaved) and HF (half) agree once the coordinates are permuted."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(1, 2, 7, 12, generator=gen).to(device)
+    p = interleaved_to_half_permutation(12).to(device)
+    cos, sin = rope_cos_sin(torch.arange(7), rope_frequencies(12), device=device)
+    hf_cos, hf_sin = hf_cos_sin(12, torch.arange(7), x)
+    hf_half, _ = apply_rotary_pos_emb(x[..., p], x[..., p], hf_cos, hf_sin)
+    torch.testing.assert_close(apply_rope(x, cos, sin, layout="interleaved")[..., p], hf_half)
+
+
+def test_rope_cos_sin_is_float32_accurate_at_two_to_the_twenty() -> None:
+    positions = torch.arange(2**20 - 4096, 2**20 + 1, 7)
+    theta = rope_frequencies(128)
+    cos, sin = rope_cos_sin(positions, theta)
+    angle = positions[:, None].double() * theta
+    assert cos.dtype == torch.float32 and cos.shape == (positions.numel(), 64)
+    assert (cos.double() - angle.cos()).abs().max() <= 2**-24
+    assert (sin.double() - angle.sin()).abs().max() <= 2**-24
+    # the float32-angle computation (as in HF) is far worse there: the reason for float64 angles
+    hf_angle = positions[:, None].float() * theta.float()
+    assert (hf_angle.cos().double() - angle.cos()).abs().max() > 1e-3
+
+
+def test_rope_cos_sin_shapes_dtype_device_and_fractional_positions(device) -> None:
+    theta = rope_frequencies(8)
+    cos, sin = rope_cos_sin(
+        torch.zeros(2, 3, dtype=torch.int32), theta, dtype=torch.bfloat16, device=device
+    )
+    assert cos.shape == sin.shape == (2, 3, 4)
+    assert cos.dtype == torch.bfloat16 and cos.device.type == device.type
+    assert torch.equal(cos.cpu(), torch.ones(2, 3, 4, dtype=torch.bfloat16))
+    half, _ = rope_cos_sin(torch.tensor([0.5]), theta, dtype=torch.float64)
+    torch.testing.assert_close(half[0], torch.cos(0.5 * theta))
+
+
+def test_positions_gather_rows_of_a_precomputed_table(device) -> None:
+    theta = rope_frequencies(8)
+    table = rope_cos_sin(torch.arange(64), theta, device=device)
+    x = torch.randn(2, 3, 4, 8, device=device)
+    ids = torch.tensor([[3, 4, 5, 6], [60, 61, 62, 63]])
+    direct = apply_rope(x, *rope_cos_sin(ids, theta, device=device))
+    torch.testing.assert_close(apply_rope(x, *table, positions=ids), direct)
+    shared = apply_rope(x, *rope_cos_sin(ids[0], theta, device=device))  # (L,) ids: one row set
+    torch.testing.assert_close(apply_rope(x, *table, positions=ids[0]), shared)
+
+
+def test_permutations_are_inverse_and_map_layouts() -> None:
+    p = interleaved_to_half_permutation(8)
+    q = half_to_interleaved_permutation(8)
+    assert p.tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert torch.equal(p[q], torch.arange(8)) and torch.equal(q[p], torch.arange(8))
+    x = torch.randn(3, 8)
+    assert torch.equal(rotate_interleaved(x)[..., p], rotate_half(x[..., p]))
+
+
+def test_weight_permutation_gives_identical_scores() -> None:
+    """Converters permute each head's rows of W_q and W_k: scores in the other layout agree."""
+    gen = torch.Generator().manual_seed(5)
+    heads, head_dim, d_model, length = 2, 8, 12, 6
+    w_q, w_k = (
+        torch.randn(heads * head_dim, d_model, generator=gen, dtype=torch.float64) for _ in range(2)
+    )
+    tokens = torch.randn(length, d_model, generator=gen, dtype=torch.float64)
+    cos, sin = rope_cos_sin(torch.arange(length), rope_frequencies(head_dim), dtype=torch.float64)
+    p = interleaved_to_half_permutation(head_dim)
+
+    def scores(wq: torch.Tensor, wk: torch.Tensor, layout: str) -> torch.Tensor:
+        q = (tokens @ wq.T).view(length, heads, head_dim).transpose(0, 1)  # (H, L, D)
+        k = (tokens @ wk.T).view(length, heads, head_dim).transpose(0, 1)
+        q, k = apply_rope(q, cos, sin, layout=layout), apply_rope(k, cos, sin, layout=layout)
+        return q @ k.transpose(-2, -1)  # (H, L, L)
+
+    def convert(w: torch.Tensor) -> torch.Tensor:
+        return w.view(heads, head_dim, d_model)[:, p].reshape(heads * head_dim, d_model)
+
+    meta = scores(w_q, w_k, "interleaved")
+    torch.testing.assert_close(scores(convert(w_q), convert(w_k), "half"), meta)
+    assert (scores(w_q, w_k, "half") - meta).abs().max() > 1e-2  # mixing layouts changes scores
+
+
+# ---- property tests -------------------------------------------------------------------------------
+
+dims = st.sampled_from([2, 4, 8, 16, 64])
+pos = st.integers(min_value=0, max_value=100_000)
+
+
+def _vec(seed: int, dim: int, n: int = 1) -> torch.Tensor:
+    return torch.randn(n, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _rot(x: torch.Tensor, m: int, layout: str = "half", base: float = 10000.0) -> torch.Tensor:
+    cos, sin = rope_cos_sin(
+        torch.tensor([m]), rope_frequencies(x.shape[-1], base=base), dtype=torch.float64
+    )
+    return apply_rope(x, cos, sin, layout=layout)
+
+
+@given(
+    dim=dims, m=pos, n=pos, shift=pos, seed=st.integers(0, 10_000), layout=st.sampled_from(LAYOUTS)
+)
+def test_scores_depend_only_on_relative_position(dim, m, n, shift, seed, layout) -> None:
+    q, k = _vec(seed, dim), _vec(seed + 1, dim)
+    a = (_rot(q, m, layout) * _rot(k, n, layout)).sum()
+    b = (_rot(q, m + shift, layout) * _rot(k, n + shift, layout)).sum()
+    assert abs(a - b) <= 1e-8 * (q.norm() * k.norm())
+
+
+@given(dim=dims, m=pos, seed=st.integers(0, 10_000), layout=st.sampled_from(LAYOUTS))
+def test_norm_is_preserved(dim, m, seed, layout) -> None:
+    x = _vec(seed, dim, n=3)
+    torch.testing.assert_close(_rot(x, m, layout).norm(dim=-1), x.norm(dim=-1))
+
+
+@given(dim=dims, m=pos, seed=st.integers(0, 10_000))
+def test_layouts_agree_under_the_permutation(dim, m, seed) -> None:
+    x = _vec(seed, dim)
+    p = interleaved_to_half_permutation(dim)
+    torch.testing.assert_close(_rot(x, m, "interleaved")[..., p], _rot(x[..., p], m, "half"))
+
+
+@given(dim=dims, seed=st.integers(0, 10_000), layout=st.sampled_from(LAYOUTS))
+def test_position_zero_is_the_identity(dim, seed, layout) -> None:
+    x = _vec(seed, dim)
+    assert torch.equal(_rot(x, 0, layout), x)
+
+
+@given(dim=dims, m=pos, seed=st.integers(0, 10_000))
+def test_complex_form_equals_interleaved(dim, m, seed) -> None:
+    x = _vec(seed, dim)
+    cis = rope_freqs_cis(torch.tensor([m]), rope_frequencies(dim))
+    torch.testing.assert_close(
+        apply_rope_complex(x.float(), cis), _rot(x, m, "interleaved").float()
+    )
+
+
+@given(dim=dims, m=pos, seed=st.integers(0, 10_000), layout=st.sampled_from(LAYOUTS))
+def test_rotation_composes(dim, m, seed, layout) -> None:
+    """R(m) R(n) = R(m + n): rotating twice adds the angles."""
+    x = _vec(seed, dim)
+    torch.testing.assert_close(_rot(_rot(x, m, layout), 17, layout), _rot(x, m + 17, layout))
+
+
+# ---- validation table -----------------------------------------------------------------------------
+
+X = torch.randn(2, 3, 4, 8)
+COS, SIN = rope_cos_sin(torch.arange(4), rope_frequencies(8))
+TABLE = rope_cos_sin(torch.arange(16), rope_frequencies(8))
+
+BAD = [
+    (lambda: rope_frequencies(7), ValueError, r"head_dim must be a positive even integer, got 7"),
+    (lambda: rope_frequencies(0), ValueError, r"head_dim must be a positive even integer, got 0"),
+    (lambda: rope_frequencies(8.0), TypeError, r"head_dim must be an int, got float"),
+    (lambda: rope_frequencies(True), TypeError, r"head_dim must be an int, got bool"),
+    (
+        lambda: rope_frequencies(8, base=1.0),
+        ValueError,
+        r"base must be a finite number > 1, got 1.0",
+    ),
+    (lambda: rope_frequencies(8, base="1e4"), TypeError, r"base must be a real number, got str"),
+    (
+        lambda: rope_cos_sin([0, 1], rope_frequencies(8)),
+        TypeError,
+        r"positions must be a torch.Tensor, got list",
+    ),
+    (
+        lambda: rope_cos_sin(torch.tensor([True]), rope_frequencies(8)),
+        TypeError,
+        r"positions must be an integer or real tensor",
+    ),
+    (
+        lambda: rope_cos_sin(torch.arange(3), torch.ones(2, 4)),
+        ValueError,
+        r"frequencies must be 1-D \(D/2,\), got shape \(2, 4\)",
+    ),
+    (
+        lambda: rope_cos_sin(torch.arange(3), rope_frequencies(8), dtype=torch.int64),
+        TypeError,
+        r"dtype must be a floating-point torch.dtype",
+    ),
+    (
+        lambda: apply_rope(torch.randn(2, 4, 7), COS, SIN),
+        ValueError,
+        r"x.shape\[-1\] \(head_dim\) must be even, got 7",
+    ),
+    (
+        lambda: apply_rope(X.long(), COS, SIN),
+        TypeError,
+        r"x must have a floating-point dtype, got torch.int64",
+    ),
+    (lambda: apply_rope(X[0, 0, 0], COS, SIN), ValueError, r"x must have at least 2 dims"),
+    (
+        lambda: apply_rope(X, COS, SIN, layout="neox"),
+        ValueError,
+        r"layout must be one of \('half', 'interleaved'\), got 'neox'",
+    ),
+    (
+        lambda: apply_rope(X, *TABLE),
+        ValueError,
+        r"cos must have shape \(L, D/2\) = \(4, 4\) .* got \(16, 4\)",
+    ),
+    (lambda: apply_rope(X, COS, SIN[:3]), ValueError, r"cos and sin must have the same shape"),
+    (
+        lambda: apply_rope(X, COS[:, :2], SIN[:, :2]),
+        ValueError,
+        r"cos must have shape \(L, D/2\) = \(4, 4\)",
+    ),
+    (
+        lambda: apply_rope(X, COS.expand(3, 4, 4), SIN.expand(3, 4, 4)),
+        ValueError,
+        r"cos must have shape \(B, L, D/2\) = \(2, 4, 4\)",
+    ),
+    (
+        lambda: apply_rope(X, COS[None, None], SIN[None, None]),
+        ValueError,
+        r"cos must be \(L, D/2\) or \(B, L, D/2\)",
+    ),
+    (
+        lambda: apply_rope(X, COS, SIN, seq_dim=-1),
+        ValueError,
+        r"seq_dim must name an axis of x other than the last",
+    ),
+    (
+        lambda: apply_rope(X, COS, SIN, seq_dim=4),
+        ValueError,
+        r"seq_dim must name an axis of x other than the last",
+    ),
+    (lambda: apply_rope(X, COS, SIN, seq_dim=1.0), TypeError, r"seq_dim must be an int, got float"),
+    (
+        lambda: apply_rope(X, *TABLE, positions=torch.arange(13, 17)),
+        ValueError,
+        r"positions must lie in \[0, 16\) for a table of 16 rows, got values in \[13, 16\]",
+    ),
+    (
+        lambda: apply_rope(X, *TABLE, positions=torch.tensor([-1, 0, 1, 2])),
+        ValueError,
+        r"positions must lie in \[0, 16\)",
+    ),
+    (
+        lambda: apply_rope(X, *TABLE, positions=torch.arange(4.0)),
+        TypeError,
+        r"positions must be an integer tensor",
+    ),
+    (lambda: apply_rope(X, COS.long(), SIN), TypeError, r"cos must have a floating-point dtype"),
+    (lambda: apply_rope_complex(X, COS), TypeError, r"freqs_cis must be a complex tensor"),
+    (lambda: rotate_half(torch.randn(3, 5)), ValueError, r"x.shape\[-1\] must be even, got 5"),
+    (
+        lambda: rotate_interleaved(torch.randn(3, 5)),
+        ValueError,
+        r"x.shape\[-1\] must be even, got 5",
+    ),
+    (
+        lambda: interleaved_to_half_permutation(5),
+        ValueError,
+        r"head_dim must be a positive even integer, got 5",
+    ),
+    (
+        lambda: checks.check_apply_rope(lambda x, positions, base: x, layout="neox"),
+        ValueError,
+        r"layout must be one of",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "match"), BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_bad_input_raises_named_error(call, error, match) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_validation_covers_all_public_names() -> None:
+    assert set(rope.__all__) == {
+        "LAYOUTS",
+        "apply_rope",
+        "apply_rope_complex",
+        "half_to_interleaved_permutation",
+        "interleaved_to_half_permutation",
+        "rope_cos_sin",
+        "rope_freqs_cis",
+        "rope_frequencies",
+        "rotate_half",
+        "rotate_interleaved",
+    }
+
+
+# ---- checkers -------------------------------------------------------------------------------------
+
+
+def _learner_apply(layout: str, *, exponent: float = 2.0, sign: float = 1.0):
+    def fn(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+        dim = x.shape[-1]
+        theta = base ** (-exponent * torch.arange(dim // 2, dtype=torch.float64) / dim)
+        cos, sin = rope_cos_sin(positions, theta)
+        return apply_rope(x, cos, sign * sin, layout=layout)
+
+    return fn
+
+
+def _raises_mistake(call, name: str) -> None:
+    with pytest.raises(CheckError) as info:
+        call()
+    assert info.value.mistake == name
+    assert name in str(info.value)
+
+
+def test_check_rope_frequencies_both_ways() -> None:
+    assert checks.check_rope_frequencies(
+        lambda head_dim, base: rope_frequencies(head_dim, base=base)
+    )
+    wrong = lambda head_dim, base: (
+        base ** (-torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
+    )  # noqa: E731
+    _raises_mistake(lambda: checks.check_rope_frequencies(wrong), "frequencies base^(-i/D)")
+    flipped = lambda head_dim, base: (
+        base ** (2 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
+    )  # noqa: E731
+    _raises_mistake(lambda: checks.check_rope_frequencies(flipped), "exponent with the wrong sign")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_check_apply_rope_both_ways(layout: str) -> None:
+    other = "interleaved" if layout == "half" else "half"
+    assert checks.check_apply_rope(_learner_apply(layout), layout=layout)
+    _raises_mistake(
+        lambda: checks.check_apply_rope(_learner_apply(other), layout=layout),
+        "rotating the wrong pairs for the declared layout",
+    )
+    _raises_mistake(
+        lambda: checks.check_apply_rope(_learner_apply(layout, sign=-1.0), layout=layout),
+        "the sign of the rotation flipped",
+    )
+    _raises_mistake(
+        lambda: checks.check_apply_rope(_learner_apply(layout, exponent=1.0), layout=layout),
+        "frequencies base^(-i/D)",
+    )
+    with pytest.raises(CheckError, match="uses the given positions"):
+        checks.check_apply_rope(
+            lambda x, positions, base: _learner_apply(layout)(x, torch.arange(x.shape[-2]), base),
+            layout=layout,
+        )
+
+
+def _learner_attention(rotate_v: bool = False, rotate_qk: bool = True):
+    def fn(query, key, value, positions, base):
+        cos, sin = rope_cos_sin(
+            positions, rope_frequencies(query.shape[-1], base=base), dtype=query.dtype
+        )
+        if rotate_qk:
+            query, key = apply_rope(query, cos, sin), apply_rope(key, cos, sin)
+        if rotate_v:
+            value = apply_rope(value, cos, sin)
+        return torch.nn.functional.scaled_dot_product_attention(query, key, value)
+
+    return fn
+
+
+def test_check_rope_attention_both_ways() -> None:
+    assert checks.check_rope_attention(_learner_attention())
+    _raises_mistake(
+        lambda: checks.check_rope_attention(_learner_attention(rotate_v=True)), "rotating v"
+    )
+    _raises_mistake(
+        lambda: checks.check_rope_attention(_learner_attention(rotate_qk=False)), "RoPE left out"
+    )
+
+
+def test_check_rope_weight_permutation_both_ways() -> None:
+    def right(weight, num_heads):
+        d = weight.shape[0] // num_heads
+        return weight.view(num_heads, d, -1)[:, interleaved_to_half_permutation(d)].reshape(
+            weight.shape
+        )
+
+    def backwards(weight, num_heads):
+        d = weight.shape[0] // num_heads
+        return weight.view(num_heads, d, -1)[:, half_to_interleaved_permutation(d)].reshape(
+            weight.shape
+        )
+
+    def global_perm(weight, num_heads):
+        return weight[interleaved_to_half_permutation(weight.shape[0])]
+
+    assert checks.check_rope_weight_permutation(right)
+    _raises_mistake(
+        lambda: checks.check_rope_weight_permutation(backwards),
+        "permutation in the wrong direction",
+    )
+    _raises_mistake(
+        lambda: checks.check_rope_weight_permutation(global_perm),
+        "one permutation over all rows instead of one per head",
+    )
+
+
+def test_check_rope_cos_sin_both_ways() -> None:
+    def right(positions, head_dim, base):
+        return rope_cos_sin(positions, rope_frequencies(head_dim, base=base))
+
+    def float32_angles(positions, head_dim, base):
+        angle = positions[:, None].float() * rope_frequencies(head_dim, base=base).float()
+        return angle.cos(), angle.sin()
+
+    def wrong_freqs(positions, head_dim, base):
+        return rope_cos_sin(
+            positions, base ** (-torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
+        )
+
+    assert checks.check_rope_cos_sin(right)
+    _raises_mistake(lambda: checks.check_rope_cos_sin(float32_angles), "angles computed in float32")
+    _raises_mistake(lambda: checks.check_rope_cos_sin(wrong_freqs), "frequencies base^(-i/D)")
+    with pytest.raises(CheckError, match="Return a pair"):
+        checks.check_rope_cos_sin(
+            lambda positions, head_dim, base: right(positions, head_dim, base)[0]
+        )
