@@ -165,7 +165,9 @@ def dot_score(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         The scores, unscaled (the Transformer divides them by :math:`\sqrt{D}`).
 
     Shape:
-        query ``(..., L, D)``, key ``(..., S, D)`` -> ``(..., L, S)``.
+        query: ``(..., L, D)``.
+        key: ``(..., S, D)``.
+        output: ``(..., L, S)``.
     """
     _check_qkv(query, key, None)
     return query @ key.transpose(-2, -1)  # (..., L, S)
@@ -186,7 +188,10 @@ def general_score(query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tenso
         The scores.
 
     Shape:
-        query ``(..., L, Dq)``, key ``(..., S, Dk)``, weight ``(Dq, Dk)`` -> ``(..., L, S)``.
+        query: ``(..., L, Dq)``.
+        key: ``(..., S, Dk)``.
+        weight: ``(Dq, Dk)``.
+        output: ``(..., L, S)``.
     """
     _check_tensor(query, "query")
     _check_tensor(key, "key")
@@ -225,8 +230,12 @@ def additive_score(
         The scores.
 
     Shape:
-        query ``(..., L, Dq)``, key ``(..., S, Dk)``, query_weight ``(A, Dq)``,
-        key_weight ``(A, Dk)``, v ``(A,)`` -> ``(..., L, S)``.
+        query: ``(..., L, Dq)``.
+        key: ``(..., S, Dk)``.
+        query_weight: ``(A, Dq)``.
+        key_weight: ``(A, Dk)``.
+        v: ``(A,)``.
+        output: ``(..., L, S)``.
     """
     _check_tensor(query, "query")
     _check_tensor(key, "key")
@@ -267,8 +276,11 @@ def concat_score(
         The scores.
 
     Shape:
-        query ``(..., L, Dq)``, key ``(..., S, Dk)``, weight ``(A, Dq + Dk)``, v ``(A,)``
-        -> ``(..., L, S)``.
+        query: ``(..., L, Dq)``.
+        key: ``(..., S, Dk)``.
+        weight: ``(A, Dq + Dk)``.
+        v: ``(A,)``.
+        output: ``(..., L, S)``.
     """
     _check_tensor(query, "query")
     _check_tensor(key, "key")
@@ -318,7 +330,7 @@ def causal_mask(
         A boolean mask.
 
     Shape:
-        ``(L, S)``.
+        output: ``(L, S)``.
     """
     for name, n in (("query_length", query_length), ("key_length", key_length)):
         if isinstance(n, bool) or not isinstance(n, int):
@@ -406,7 +418,9 @@ def attention_weights(
         The weights; rows sum to one (or are all zero when fully masked).
 
     Shape:
-        query ``(..., L, D)``, key ``(..., S, D)`` -> ``(..., L, S)``.
+        query: ``(..., L, D)``.
+        key: ``(..., S, D)``.
+        output: ``(..., L, S)``.
     """
     batch = _check_qkv(query, key, None)
     return _weights(query, key, mask, is_causal, scale, batch).to(query.dtype)
@@ -440,10 +454,13 @@ def scaled_dot_product_attention(
         scale: factor on the scores; ``None`` means :math:`1/\sqrt{D}`.
 
     Returns:
-        One output per query: a weighted average of the values.
+        One output per query, the weighted average of the values.
 
     Shape:
-        query ``(..., L, D)``, key ``(..., S, D)``, value ``(..., S, Dv)`` -> ``(..., L, Dv)``.
+        query: ``(..., L, D)``.
+        key: ``(..., S, D)``.
+        value: ``(..., S, Dv)``.
+        output: ``(..., L, Dv)``.
     """
     batch = _check_qkv(query, key, value)
     weights = _weights(query, key, mask, is_causal, scale, batch)  # (..., L, S)
@@ -491,7 +508,10 @@ def tiled_attention(
         The attention output.
 
     Shape:
-        query ``(..., L, D)``, key ``(..., S, D)``, value ``(..., S, Dv)`` -> ``(..., L, Dv)``.
+        query: ``(..., L, D)``.
+        key: ``(..., S, D)``.
+        value: ``(..., S, Dv)``.
+        output: ``(..., L, Dv)``.
     """
     batch = _check_qkv(query, key, value)
     if isinstance(block_size, bool) or not isinstance(block_size, int):
@@ -557,8 +577,10 @@ def mask_from_torch_mha(
         float), or ``None`` when both are ``None``.
 
     Shape:
-        ``(L, S)`` from ``attn_mask`` alone; ``(B, 1, 1, S)`` from ``key_padding_mask`` alone;
-        ``(B, 1, L, S)`` from both.
+        attn_mask: ``(L, S)``.
+        key_padding_mask: ``(B, S)``.
+        output: ``(L, S)`` from ``attn_mask`` alone, ``(B, 1, 1, S)`` from
+            ``key_padding_mask`` alone, ``(B, 1, L, S)`` from both.
     """
     parts = []
     if attn_mask is not None:
@@ -617,8 +639,11 @@ class MultiHeadAttention(nn.Module):
         dtype: dtype of the parameters.
 
     Shape:
-        query ``(B, L, E)``, key and value ``(B, S, E)`` -> ``(B, L, E)``; ``mask`` broadcasts to
-        ``(B, H, L, S)`` (``True`` = may attend).
+        query: ``(B, L, E)``.
+        key: ``(B, S, E)``.
+        value: ``(B, S, E)``.
+        mask: broadcastable to ``(B, H, L, S)``, ``True`` = may attend.
+        output: ``(B, L, E)``.
     """
 
     def __init__(
@@ -734,7 +759,7 @@ class _LiveTensorBytes(TorchDispatchMode):
     def _release(self, address: int) -> None:
         self.live -= self._sizes.pop(address, 0)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor):

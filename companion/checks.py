@@ -680,6 +680,51 @@ def check_shift_recurrence(fn: Callable[..., torch.Tensor]) -> bool:
     return True
 
 
+def check_normalized_positions(fn: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``fn(num_positions) -> (L,)`` naive encoding :math:`\text{pos}/(L-1)`.
+
+    Properties checked: the values for a few lengths ``L >= 2`` (first position 0, last 1).
+    Named mistakes: dividing by ``L`` instead of ``L - 1``, counting positions from 1.
+
+    Args:
+        fn: a function ``fn(num_positions)`` returning a float tensor of shape ``(L,)``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    check = "check_normalized_positions"
+    for num_positions in (2, 5, 50):
+        inputs = {"num_positions": num_positions}
+        got = _call(fn, check, inputs)
+        pos = torch.arange(num_positions, dtype=torch.float64)
+        mistakes = [
+            Mistake(
+                "divided by L instead of L - 1",
+                "the last position is L - 1; divide by L - 1 so that it maps to exactly 1.",
+                pos / num_positions,
+            ),
+            Mistake(
+                "positions counted from 1",
+                "positions start at 0, so the first token maps to 0 and the last to 1.",
+                (pos + 1) / num_positions,
+            ),
+        ]
+        expect_close(
+            got,
+            pos / (num_positions - 1),
+            check=check,
+            prop="PE(pos) = pos / (L - 1): 0 for the first token, 1 for the last",
+            inputs=inputs,
+            atol=1e-6,
+            rtol=1e-6,
+            mistakes=mistakes,
+        )
+    return True
+
+
 # ---- Normalization (book/05_normalization) ----
 
 
@@ -718,12 +763,12 @@ def check_layer_norm(layer_norm: Callable[..., torch.Tensor]) -> bool:
     check = "check_layer_norm"
     gen = torch.Generator().manual_seed(0)
     cases = [
-        ("matches the definition on (B, D) rows", 2 * torch.randn(4, 6, generator=gen) + 1, 1e-5),
         (
-            "eps inside the square root, biased variance (small-variance rows)",
+            "matches the definition on small-variance (B, D) rows, where eps matters",
             1e-2 * torch.randn(3, 8, generator=gen),
             1e-5,
         ),
+        ("matches the definition on (B, D) rows", 2 * torch.randn(4, 6, generator=gen) + 1, 1e-5),
         (
             "normalizes each token of (B, L, D) over D only",
             torch.randn(2, 3, 5, generator=gen),
@@ -1457,7 +1502,8 @@ def check_apply_rope(apply_rope: Callable[..., torch.Tensor], *, layout: str = "
     counter-clockwise (:math:`(a, b) \mapsto (a\cos - b\sin, b\cos + a\sin)`), with the pairs
     of ``layout`` (``"half"``: ``(i, i + D/2)``; ``"interleaved"``: ``(2i, 2i + 1)``), for
     positions that do not start at 0. Named mistakes: rotating the wrong pairs for the
-    declared layout, the sign of the rotation flipped, frequencies ``base^(-i/D)``.
+    declared layout, the sign of the rotation flipped, frequencies ``base^(-i/D)``, positions
+    ignored.
 
     Args:
         apply_rope: a function ``apply_rope(x, positions, base) -> Tensor`` with ``x`` of shape
@@ -1481,7 +1527,7 @@ def check_apply_rope(apply_rope: Callable[..., torch.Tensor], *, layout: str = "
         (
             "rotates pair i by m*theta_i",
             torch.randn(2, 3, 6, 8, generator=gen),
-            torch.arange(6),
+            torch.arange(1, 7),
             10000.0,
         ),
         (
@@ -1518,6 +1564,12 @@ def check_apply_rope(apply_rope: Callable[..., torch.Tensor], *, layout: str = "
                 "frequencies base^(-i/D)",
                 "theta_i = base**(-2i/D) over the pair index i = 0 .. D/2-1.",
                 _rope_reference(x, positions, base, layout=layout, exponent="i/D"),
+            ),
+            Mistake(
+                "positions ignored",
+                "rotate row l by the angle of positions[l], not by l: position ids need not "
+                "start at 0 or be consecutive (a KV cache, packed sequences).",
+                _rope_reference(x, torch.arange(x.shape[-2]), base, layout=layout),
             ),
         ]
         expect_close(
@@ -1707,4 +1759,461 @@ def check_rope_cos_sin(rope_cos_sin: Callable[..., tuple[torch.Tensor, torch.Ten
                     ),
                 ],
             )
+    return True
+
+
+# ---- Attention, from alignment scores to FlashAttention's trick (book/04_attention) ----
+
+
+def _attention_inputs(
+    gen: torch.Generator, batch: tuple[int, ...], length: int, source: int, width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    query = torch.randn(*batch, length, width, generator=gen)
+    key = torch.randn(*batch, source, width, generator=gen)
+    value = torch.randn(*batch, source, 3, generator=gen)
+    return query, key, value
+
+
+_MISSING_SCALE = (
+    "missing 1/sqrt(d_k)",
+    "divide the scores q·k by sqrt(d_k) (the last dimension of query) before the softmax; "
+    "without it their variance grows like d_k and the softmax saturates.",
+)
+_WRONG_AXIS = (
+    "softmax over the wrong axis",
+    "the weights of one query must sum to one over the keys: softmax(scores, dim=-1), not dim=-2.",
+)
+
+
+def check_attention(attention: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``attention(query, key, value)``: softmax(QKᵀ/√d_k) V.
+
+    Properties checked: the output of scaled dot-product attention on small inputs with
+    ``L != S``, and on ``d_k = 64`` where a missing scale changes the result a lot. Names the
+    mistakes "missing 1/sqrt(d_k)" and "softmax over the wrong axis".
+
+    Args:
+        attention: a function ``attention(query, key, value) -> Tensor`` for ``(..., L, D)``,
+            ``(..., S, D)``, ``(..., S, Dv)`` inputs.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.attention import scaled_dot_product_attention as sdpa
+
+    check = "check_attention"
+    gen = torch.Generator().manual_seed(0)
+    cases = [
+        ("softmax(Q Kᵀ / sqrt(d_k)) V on a small batch", (2,), 4, 6, 8),
+        ("softmax(Q Kᵀ / sqrt(d_k)) V with d_k = 64", (1, 2), 5, 7, 64),
+    ]
+    for prop, batch, length, source, width in cases:
+        query, key, value = _attention_inputs(gen, batch, length, source, width)
+        inputs = {"query": query, "key": key, "value": value}
+        got = _call(attention, check, inputs)
+        scores = query @ key.transpose(-2, -1) / width**0.5
+        mistakes = [
+            Mistake(*_MISSING_SCALE, sdpa(query, key, value, scale=1.0)),
+            Mistake(*_WRONG_AXIS, torch.softmax(scores, dim=-2) @ value),
+            Mistake(
+                "divided by d_k instead of sqrt(d_k)",
+                "the scale is 1/sqrt(d_k): d_k ** -0.5, not 1 / d_k.",
+                sdpa(query, key, value, scale=1.0 / width),
+            ),
+        ]
+        expect_close(
+            got, sdpa(query, key, value), check=check, prop=prop, inputs=inputs, mistakes=mistakes
+        )
+    return True
+
+
+def check_masked_attention(attention: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``attention(query, key, value, mask)`` with a boolean mask.
+
+    The mask follows ``F.scaled_dot_product_attention``: ``True`` where a query may attend.
+    Properties checked: a padding mask that broadcasts over queries, and a general ``(L, S)``
+    mask. Names the mistakes "mask applied after the softmax", "mask inverted" and
+    "missing 1/sqrt(d_k)".
+
+    Args:
+        attention: a function ``attention(query, key, value, mask) -> Tensor``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.attention import scaled_dot_product_attention as sdpa
+
+    check = "check_masked_attention"
+    gen = torch.Generator().manual_seed(1)
+    padding = torch.tensor([[True, True, True, False, False]]).unsqueeze(1)  # (1, 1, S)
+    general = torch.tensor(
+        [
+            [True, False, True, False, True],
+            [False, True, True, True, False],
+            [True, True, False, False, False],
+            [False, False, False, True, True],
+        ]
+    )  # (L, S): every row has both True and False
+    cases = [
+        ("padding keys get zero weight (mask broadcast over queries)", padding),
+        ("a general boolean mask, True = may attend", general),
+    ]
+    for prop, mask in cases:
+        query, key, value = _attention_inputs(gen, (1,), 4, 5, 8)
+        inputs = {"query": query, "key": key, "value": value, "mask": mask}
+        got = _call(attention, check, inputs)
+        weights = torch.softmax(query @ key.transpose(-2, -1) / 8**0.5, dim=-1)
+        mistakes = [
+            Mistake(
+                "mask applied after the softmax",
+                "zeroing weights after the softmax leaves rows that no longer sum to one; "
+                "set the masked scores to -inf BEFORE the softmax.",
+                weights.masked_fill(~mask, 0.0) @ value,
+            ),
+            Mistake(
+                "mask inverted",
+                "here True means 'may attend' (torch's F.scaled_dot_product_attention); "
+                "nn.MultiheadAttention uses the opposite convention.",
+                sdpa(query, key, value, mask=~mask),
+            ),
+            Mistake(*_MISSING_SCALE, sdpa(query, key, value, mask=mask, scale=1.0)),
+        ]
+        expect_close(
+            got,
+            sdpa(query, key, value, mask=mask),
+            check=check,
+            prop=prop,
+            inputs=inputs,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_causal_mask(causal_mask: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``causal_mask(query_length, key_length)``: boolean, top-left aligned.
+
+    The reference is ``torch.ones(L, S, dtype=torch.bool).tril()``: query ``i`` may attend to
+    key ``j`` when ``j <= i`` (itself included), which is what ``is_causal=True`` means in
+    ``F.scaled_dot_product_attention``. Names the mistakes "causal mask off by one", "mask
+    inverted" and "bottom-right alignment".
+
+    Args:
+        causal_mask: a function ``causal_mask(query_length, key_length) -> Tensor`` (bool).
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    check = "check_causal_mask"
+    cases = [
+        ("query i attends to keys j <= i, itself included", 5, 5),
+        ("top-left alignment when L < S", 3, 6),
+        ("top-left alignment when L > S", 6, 3),
+    ]
+    for prop, length, source in cases:
+        inputs = {"query_length": length, "key_length": source}
+        got = _call(causal_mask, check, inputs)
+        ones = torch.ones(length, source, dtype=torch.bool)
+        mistakes = [
+            Mistake(
+                "causal mask off by one (the diagonal is excluded)",
+                "a token may attend to itself: use tril(diagonal=0), i.e. j <= i, not j < i.",
+                ones.tril(diagonal=-1),
+            ),
+            Mistake(
+                "causal mask off by one (one future key is visible)",
+                "query i may see keys j <= i only: use tril(diagonal=0), not tril(diagonal=1).",
+                ones.tril(diagonal=1),
+            ),
+            Mistake(
+                "mask inverted",
+                "return True where attending is ALLOWED (j <= i), as F.scaled_dot_product_"
+                "attention expects; triu(diagonal=1) is the 'blocked' mask.",
+                ~ones.tril(),
+            ),
+        ]
+        if length != source:
+            mistakes.append(
+                Mistake(
+                    "bottom-right alignment",
+                    "is_causal in torch aligns the diagonal at the top-left corner (j <= i); "
+                    "you aligned it at the bottom-right (j <= i + S - L).",
+                    ones.tril(diagonal=source - length),
+                )
+            )
+        expect_close(
+            got,
+            ones.tril(),
+            check=check,
+            prop=prop,
+            inputs=inputs,
+            mistakes=mistakes,
+            check_dtype=True,
+        )
+    return True
+
+
+def check_split_heads(split_heads: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``split_heads(x, num_heads)``: ``(B, L, E) -> (B, H, L, E/H)``.
+
+    Head ``h`` must hold features ``h*E/H ... (h+1)*E/H - 1`` of every token, as
+    ``nn.MultiheadAttention`` and every Transformer implementation split them. Names the mistake
+    of reshaping straight to ``(B, H, L, E/H)``.
+
+    Args:
+        split_heads: a function ``split_heads(x, num_heads) -> Tensor``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    check = "check_split_heads"
+    gen = torch.Generator().manual_seed(2)
+    for batch, length, width, heads in ((2, 5, 12, 3), (1, 4, 8, 4)):
+        x = torch.randn(batch, length, width, generator=gen)
+        inputs = {"x": x, "num_heads": heads}
+        got = _call(split_heads, check, inputs)
+        expected = x.view(batch, length, heads, width // heads).transpose(1, 2)
+        mistakes = [
+            Mistake(
+                "reshaped to (B, H, L, E/H) directly",
+                "view(B, H, L, E/H) mixes tokens across heads; reshape to (B, L, H, E/H) "
+                "first, then transpose(1, 2).",
+                x.reshape(batch, heads, length, width // heads),
+            )
+        ]
+        expect_close(
+            got,
+            expected,
+            check=check,
+            prop="head h holds features h*E/H ... (h+1)*E/H - 1 of every token",
+            inputs=inputs,
+            mistakes=mistakes,
+            atol=0.0,
+            rtol=0.0,
+        )
+    return True
+
+
+def _tiled_without_rescale(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """The known wrong tiled attention: running max kept, old sums not rescaled."""
+    scores = query @ key.transpose(-2, -1) / query.shape[-1] ** 0.5
+    m = torch.full((*scores.shape[:-1], 1), -torch.inf)
+    total = torch.zeros_like(m)
+    acc = torch.zeros(*scores.shape[:-1], value.shape[-1])
+    for j0 in range(0, key.shape[-2], block_size):
+        s = scores[..., j0 : j0 + block_size]
+        m = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m)
+        total = total + p.sum(-1, keepdim=True)
+        acc = acc + p @ value[..., j0 : j0 + block_size, :]
+    return acc / total
+
+
+def check_tiled_attention(tiled_attention: Callable[..., torch.Tensor]) -> bool:
+    r"""Check a learner's ``tiled_attention(query, key, value, block_size)`` (online softmax).
+
+    Properties checked: equality with full attention when ``block_size`` does not divide
+    ``S``; with one key per block; and with large scores (``|q·k|/√d`` in the hundreds), where
+    only a running maximum keeps ``exp`` finite. Names the mistake "running sums not rescaled".
+
+    Args:
+        tiled_attention: a function ``tiled_attention(query, key, value, block_size)``.
+
+    Returns:
+        ``True`` when every case passes.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    from companion.attention import scaled_dot_product_attention as sdpa
+
+    check = "check_tiled_attention"
+    gen = torch.Generator().manual_seed(3)
+    cases = [
+        ("equals full attention; block_size does not divide S", 1.0, 4),
+        ("equals full attention with one key per block", 1.0, 1),
+        ("stays finite for large scores (keep a running max)", 60.0, 3),
+    ]
+    for prop, spread, block in cases:
+        query, key, value = _attention_inputs(gen, (2,), 6, 10, 8)
+        query = query * spread
+        inputs = {"query": query, "key": key, "value": value, "block_size": block}
+        got = _call(tiled_attention, check, inputs)
+        mistakes = [
+            Mistake(
+                "running sums not rescaled",
+                "when the running max grows from m_old to m_new, multiply the running sum "
+                "and the accumulated output by exp(m_old - m_new) before adding the new block.",
+                _tiled_without_rescale(query, key, value, block),
+            )
+        ]
+        expect_close(
+            got,
+            sdpa(query, key, value),
+            check=check,
+            prop=prop,
+            inputs=inputs,
+            mistakes=mistakes,
+        )
+    return True
+
+
+# ---- A tiny Transformer (book/06_tiny_transformer) ----
+
+
+def _lag_reference(tokens: torch.Tensor, lag: int) -> torch.Tensor:
+    targets = torch.full_like(tokens, -100)
+    targets[:, lag:] = tokens[:, :-lag]
+    return targets
+
+
+def check_lag_targets(lag_targets: Callable[..., torch.Tensor]) -> bool:
+    """Check ``lag_targets(tokens, lag)`` against :func:`companion.model.lag_task`'s rule.
+
+    Rejects, by name: the shift in the wrong direction (the token ``lag`` places ahead), the
+    unscored positions filled with 0 instead of ``-100``, and a lag off by one.
+
+    Args:
+        lag_targets: a function ``(tokens (B, L) long, lag) -> targets (B, L) long``.
+
+    Returns:
+        ``True`` when every case passes.
+    """
+    check = "check_lag_targets"
+    gen = torch.Generator().manual_seed(0)
+    for lag, length in ((2, 10), (1, 5), (3, 7)):
+        tokens = torch.randint(1, 9, (3, length), generator=gen)
+        inputs = {"tokens": tokens, "lag": lag}
+        got = _call(lag_targets, check, inputs)
+        ahead = torch.full_like(tokens, -100)
+        ahead[:, :-lag] = tokens[:, lag:]
+        zeros = torch.zeros_like(tokens)
+        zeros[:, lag:] = tokens[:, :-lag]
+        mistakes = [
+            Mistake(
+                "shifted the wrong way",
+                f"the target at t must be the token at t - {lag} (in the past), not t + {lag}.",
+                ahead,
+            ),
+            Mistake(
+                "unscored positions filled with 0",
+                f"the first {lag} positions have no answer: mark them with -100, the ignore "
+                "index of cross_entropy, or they train the model to predict token 0.",
+                zeros,
+            ),
+            Mistake(
+                "lag off by one",
+                f"use tokens[:, :-lag] for positions lag.. (got the answer for lag {lag + 1}).",
+                _lag_reference(tokens, lag + 1) if lag + 1 < length else ahead,
+            ),
+        ]
+        expect_close(
+            got,
+            _lag_reference(tokens, lag).to(torch.float64),
+            check=check,
+            prop=f"target at t is the token at t - lag, -100 for t < lag (lag={lag})",
+            inputs=inputs,
+            atol=0,
+            rtol=0,
+            mistakes=mistakes,
+        )
+    return True
+
+
+def check_masked_accuracy(masked_accuracy: Callable[..., torch.Tensor]) -> bool:
+    """Check ``masked_accuracy(logits, targets)``: the accuracy over scored positions only.
+
+    Rejects, by name: counting the unscored (``-100``) positions.
+
+    Args:
+        masked_accuracy: a function ``(logits (B, L, V), targets (B, L)) -> 0-d tensor``.
+
+    Returns:
+        ``True`` when every case passes.
+    """
+    check = "check_masked_accuracy"
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(4, 6, 5, generator=gen)
+    targets = logits.argmax(dim=-1)  # a perfect model...
+    targets[:, :2] = -100  # ...with two unscored positions per sequence
+    targets[0, 3] = (targets[0, 3] + 1) % 5  # and one mistake
+    inputs = {"logits": logits, "targets": targets}
+    got = _call(masked_accuracy, check, inputs)
+    if isinstance(got, (int, float)) and not isinstance(got, bool):
+        got = torch.tensor(float(got), dtype=torch.float64)  # a Python number is fine too
+    scored = targets != -100
+    expected = (logits.argmax(-1)[scored] == targets[scored]).double().mean()
+    mistakes = [
+        Mistake(
+            "counted the unscored positions",
+            "select the positions with targets != -100 before averaging; each unscored "
+            "position otherwise counts as a miss.",
+            (logits.argmax(-1) == targets).double().mean(),
+        ),
+    ]
+    expect_close(
+        got,
+        expected,
+        check=check,
+        prop="fraction of scored positions whose argmax is the target",
+        inputs=inputs,
+        atol=1e-9,
+        rtol=0,
+        mistakes=mistakes,
+    )
+    return True
+
+
+def check_absolute_targets(absolute_targets: Callable[..., torch.Tensor]) -> bool:
+    """Check ``absolute_targets(tokens, period)``: the target at position ``t`` is
+    ``t mod period`` for every sequence.
+
+    Rejects, by name: positions counted from 1, and ``t // period`` instead of the remainder.
+
+    Args:
+        absolute_targets: a function ``(tokens (B, L) long, period) -> (B, L) long``.
+
+    Returns:
+        ``True`` when every case passes.
+    """
+    check = "check_absolute_targets"
+    gen = torch.Generator().manual_seed(2)
+    for period, length in ((5, 12), (3, 4)):
+        tokens = torch.randint(0, 9, (2, length), generator=gen)
+        inputs = {"tokens": tokens, "period": period}
+        got = _call(absolute_targets, check, inputs)
+        t = torch.arange(length).expand(2, length)
+        mistakes = [
+            Mistake(
+                "positions counted from 1",
+                "the first token is at position 0, as in every chapter of the book.",
+                (t + 1) % period,
+            ),
+            Mistake(
+                "quotient instead of remainder", "use t % period, not t // period.", t // period
+            ),
+        ]
+        expect_close(
+            got,
+            (t % period).to(torch.float64),
+            check=check,
+            prop=f"target at t is t mod {period}, whatever the tokens",
+            inputs=inputs,
+            atol=0,
+            rtol=0,
+            mistakes=mistakes,
+        )
     return True

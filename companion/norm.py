@@ -37,7 +37,6 @@ __all__ = [
     "rms_norm",
 ]
 
-RMSVariant = Literal["torch", "llama", "gemma"]
 _RMS_VARIANTS = ("torch", "llama", "gemma")
 
 
@@ -261,7 +260,7 @@ def rms_norm(
     weight: torch.Tensor | None = None,
     *,
     eps: float = 1e-6,
-    variant: RMSVariant = "torch",
+    variant: Literal["torch", "llama", "gemma"] = "torch",
 ) -> torch.Tensor:
     r"""Root-mean-square normalization (Zhang and Sennrich, 2019): no mean, no bias.
 
@@ -325,7 +324,10 @@ class BatchNorm(nn.Module):
     r"""Thin module around :func:`batch_norm`, like :class:`torch.nn.BatchNorm1d`.
 
     Holds the gain and shift (``affine=True``) and the running statistics as buffers
-    (``running_mean`` zeros, ``running_var`` ones). ``self.training`` picks the mode.
+    (``running_mean`` zeros, ``running_var`` ones). The buffers are persistent (saved in the
+    ``state_dict``, as torch's): evaluation mode needs them after loading a checkpoint.
+    ``self.training`` picks the mode. Unlike torch, ``momentum=None`` (a cumulative average)
+    is not supported.
 
     Args:
         num_features: ``D``, the size of axis 1.
@@ -360,8 +362,8 @@ class BatchNorm(nn.Module):
         self.momentum = momentum
         kw = {"device": device, "dtype": dtype}
         if affine:
-            self.weight: nn.Parameter | None = nn.Parameter(torch.ones(num_features, **kw))
-            self.bias: nn.Parameter | None = nn.Parameter(torch.zeros(num_features, **kw))
+            self.weight: torch.nn.Parameter | None = nn.Parameter(torch.ones(num_features, **kw))
+            self.bias: torch.nn.Parameter | None = nn.Parameter(torch.zeros(num_features, **kw))
         else:
             self.weight = self.bias = None
         self.register_buffer("running_mean", torch.zeros(num_features, **kw))
@@ -446,7 +448,7 @@ class RMSNorm(nn.Module):
         normalized_shape: int | Sequence[int],
         *,
         eps: float = 1e-6,
-        variant: RMSVariant = "torch",
+        variant: Literal["torch", "llama", "gemma"] = "torch",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -470,10 +472,7 @@ class RMSNorm(nn.Module):
 # ---- Where the norm sits ---------------------------------------------------------------------
 
 
-NormKind = Literal["layer", "rms"]
-
-
-def _make_norm(norm: NormKind, dim: int, eps: float | None) -> nn.Module:
+def _make_norm(norm: Literal["layer", "rms"], dim: int, eps: float | None) -> torch.nn.Module:
     if norm == "layer":
         return LayerNorm(dim, eps=1e-5 if eps is None else eps)
     if norm == "rms":
@@ -481,7 +480,7 @@ def _make_norm(norm: NormKind, dim: int, eps: float | None) -> nn.Module:
     raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
 
 
-def mlp(dim: int, hidden: int | None = None) -> nn.Sequential:
+def mlp(dim: int, hidden: int | None = None) -> torch.nn.Sequential:
     """The position-wise feed-forward sublayer: ``Linear(dim, hidden)``, GELU, ``Linear``.
 
     Args:
@@ -516,7 +515,7 @@ class PreLNBlock(nn.Module):
         - output: same as input
     """
 
-    def __init__(self, dim: int, sublayer: nn.Module, norm: nn.Module) -> None:
+    def __init__(self, dim: int, sublayer: torch.nn.Module, norm: torch.nn.Module) -> None:
         super().__init__()
         self.dim = dim
         self.sublayer = sublayer
@@ -546,7 +545,7 @@ class PostLNBlock(nn.Module):
         - output: same as input
     """
 
-    def __init__(self, dim: int, sublayer: nn.Module, norm: nn.Module) -> None:
+    def __init__(self, dim: int, sublayer: torch.nn.Module, norm: torch.nn.Module) -> None:
         super().__init__()
         self.dim = dim
         self.sublayer = sublayer
@@ -564,11 +563,11 @@ def residual_stack(
     dim: int,
     *,
     placement: Literal["pre", "post"] = "pre",
-    norm: NormKind = "layer",
-    sublayer: Callable[[int], nn.Module] | None = None,
+    norm: Literal["layer", "rms"] = "layer",
+    sublayer: Callable[[int], torch.nn.Module] | None = None,
     final_norm: bool | None = None,
     eps: float | None = None,
-) -> nn.Sequential:
+) -> torch.nn.Sequential:
     """A stack of ``depth`` residual blocks with the norm before or after the sublayer.
 
     Args:

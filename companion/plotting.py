@@ -161,7 +161,7 @@ def padded_batch_diagram(
     mode: str = "batch",
     feature: int = 0,
     token: tuple[int, int] = (0, 0),
-    pad: str = "[PAD]",
+    pad: str = "PAD",
 ) -> Axes:
     """Draw a padded batch of sentences and the entries one normalization statistic pools.
 
@@ -200,12 +200,13 @@ def padded_batch_diagram(
         raise ValueError(f"token must index a real token, got {token}")
     shade = "tab:orange" if mode == "batch" else "tab:blue"
     gap = 1.6  # vertical space between sentences, room for the token labels
+    cw = 2.0  # cell width: room for a token label
     for b, sent in enumerate(sentences):
         top = -b * (dim + gap)
         for pos in range(length):
             real = pos < len(sent)
             label = sent[pos] if real else pad
-            ax.text(pos + 0.5, top + 0.35, label, ha="center", va="bottom", fontsize=9)
+            ax.text(cw * (pos + 0.5), top + 0.3, label, ha="center", va="bottom", fontsize=9)
             for j in range(dim):
                 chosen = (mode == "batch" and j == feature) or (
                     mode == "layer" and (b, pos) == (b_tok, l_tok)
@@ -213,8 +214,8 @@ def padded_batch_diagram(
                 face = shade if chosen else ("white" if real else "0.85")
                 ax.add_patch(
                     Rectangle(
-                        (pos, top - j - 1),
-                        1,
+                        (cw * pos, top - j - 1),
+                        cw,
                         1,
                         facecolor=face,
                         edgecolor="0.3",
@@ -223,20 +224,19 @@ def padded_batch_diagram(
                     )
                 )
         ax.text(-0.15, top - dim / 2, f"sentence {b + 1}", ha="right", va="center", fontsize=9)
-    ax.set_xlim(-2.2, length + 0.1)
+    ax.set_xlim(-4.5, cw * length + 0.1)
     ax.set_ylim(-(len(sentences) - 1) * (dim + gap) - dim - 0.3, 1.2)
     ax.set_aspect("equal")
-    ax.set_xticks([i + 0.5 for i in range(length)], labels=[str(i) for i in range(length)])
+    ax.set_xticks([cw * (i + 0.5) for i in range(length)], labels=[str(i) for i in range(length)])
     ax.set_yticks([])
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     what = (
-        f"BatchNorm: one mean/var per feature (feature {feature} shaded), pooled over "
-        "sentences and positions"
+        f"BatchNorm: one mean/var per feature\n(feature {feature}: every sentence, every position)"
         if mode == "batch"
-        else f"LayerNorm: one mean/var per token (sentence {b_tok + 1}, position {l_tok} shaded)"
+        else f"LayerNorm: one mean/var per token\n(sentence {b_tok + 1}, position {l_tok}: its features)"
     )
-    ax.set(title=what, xlabel="position (rows of a block: features)")
+    ax.set(title=what, xlabel="position (each block: feature rows x position columns)")
     return ax
 
 
@@ -273,4 +273,270 @@ def layer_profile(
         ax.set_yscale("log")
     ax.legend()
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    return ax
+
+
+# ---- Beyond the training length: ALiBi and RoPE context extension (book/03_context_extension) ----
+
+
+def wavelength_curves(
+    ax: Axes,
+    wavelengths: torch.Tensor | np.ndarray,
+    series: dict[str, torch.Tensor | np.ndarray],
+    *,
+    markers: dict[str, float] | None = None,
+    title: str = "",
+    ylabel: str = "",
+    logy: bool = False,
+) -> Axes:
+    """Plot per-pair quantities of RoPE against the pair's wavelength (log x axis).
+
+    Args:
+        ax: the axes to draw on.
+        wavelengths: the wavelength of each pair in tokens, 1-D (the x axis, logarithmic).
+        series: label -> one value per pair, each with the length of ``wavelengths``.
+        markers: label -> a length in tokens, drawn as a dashed vertical line (e.g. the
+            training length).
+        title: axes title.
+        ylabel: y-axis label.
+        logy: use a logarithmic y axis.
+
+    Returns:
+        ``ax``.
+    """
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    xs = to_numpy(wavelengths)
+    for label, y in series.items():
+        ys = to_numpy(y)
+        if ys.shape != xs.shape:
+            raise ValueError(f"series {label!r} has shape {ys.shape}, x has shape {xs.shape}")
+        ax.plot(xs, ys, marker=".", markersize=4, label=label)
+    for k, (label, length) in enumerate((markers or {}).items()):
+        ax.axvline(float(length), color=f"C{7 + k % 3}", linestyle="--", linewidth=1, label=label)
+    ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set(title=title, xlabel="wavelength of the pair (tokens, log scale)", ylabel=ylabel)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def masked_heatmap(
+    ax: Axes,
+    matrix: torch.Tensor | np.ndarray,
+    *,
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    cmap: str = "viridis",
+    colorbar: bool = True,
+) -> Axes:
+    """Draw a 2-D matrix whose ``-inf``/``nan`` entries (masked positions) show in light grey.
+
+    Args:
+        ax: the axes to draw on.
+        matrix: a 2-D tensor or array, e.g. an attention bias with a causal mask.
+        title: axes title.
+        xlabel: x-axis label (columns).
+        ylabel: y-axis label (rows).
+        cmap: a matplotlib colormap name for the finite entries.
+        colorbar: add a colour bar next to the axes.
+
+    Returns:
+        ``ax``.
+    """
+    import matplotlib as mpl
+
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    m = to_numpy(matrix)
+    if m.ndim != 2:
+        raise ValueError(f"matrix must be 2-D, got shape {m.shape}")
+    masked = np.ma.masked_invalid(m)
+    colours = mpl.colormaps[cmap].with_extremes(bad="0.85")  # a copy: the registry is untouched
+    image = ax.imshow(masked, cmap=colours, aspect="auto", interpolation="nearest")
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    return ax
+
+
+# ---- Rotary position embedding (book/02_rope) ----
+
+
+def error_vs_position(
+    ax: Axes,
+    positions: torch.Tensor | np.ndarray,
+    errors: dict[str, torch.Tensor | np.ndarray],
+    *,
+    levels: dict[str, float] | None = None,
+    title: str = "",
+    ylabel: str = "max |error|",
+) -> Axes:
+    """Plot errors against position on log-log axes, with dashed horizontal reference levels.
+
+    Args:
+        ax: the axes to draw on.
+        positions: the positions (abscissae), 1-D and positive.
+        errors: label -> errors, each 1-D with the length of ``positions``, positive.
+        levels: label -> a constant drawn as a dashed line (e.g. a dtype's rounding).
+        title: axes title.
+        ylabel: y-axis label.
+
+    Returns:
+        ``ax``.
+    """
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    xs = to_numpy(positions)
+    if xs.ndim != 1 or (xs <= 0).any():
+        raise ValueError(f"positions must be 1-D and positive, got shape {xs.shape}")
+    for label, err in errors.items():
+        ys = to_numpy(err)
+        if ys.shape != xs.shape:
+            raise ValueError(f"errors {label!r} has shape {ys.shape}, positions has {xs.shape}")
+        ax.plot(xs, np.maximum(ys, 1e-300), marker=".", label=label)
+    for label, value in (levels or {}).items():
+        ax.axhline(value, linestyle="--", linewidth=0.8, color="gray")
+        ax.annotate(
+            label,
+            (xs[0], value),
+            textcoords="offset points",
+            xytext=(2, 3),
+            fontsize="small",
+            color="gray",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set(title=title, xlabel="position m", ylabel=ylabel)
+    ax.legend(fontsize="small")
+    return ax
+
+
+# ---- Attention, from alignment scores to FlashAttention's trick (book/04_attention) ----
+
+
+def loglog_curves(
+    ax: Axes,
+    x: torch.Tensor | np.ndarray,
+    series: dict[str, torch.Tensor | np.ndarray],
+    *,
+    reference_power: float | None = None,
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+) -> Axes:
+    """Plot labelled curves on log-log axes, optionally with a dashed ``x**power`` guide.
+
+    A cost that grows like ``L**2`` is a straight line of slope 2 on these axes; the guide
+    (anchored at the first curve's last point) shows that slope.
+
+    Args:
+        ax: the axes to draw on.
+        x: the abscissae, 1-D and positive.
+        series: label -> ordinates, each 1-D, positive, with the length of ``x``.
+        reference_power: draw a dashed guide ``∝ x**reference_power``; ``None`` for none.
+        title: axes title.
+        xlabel: x-axis label.
+        ylabel: y-axis label.
+
+    Returns:
+        ``ax``.
+    """
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    xs = to_numpy(x)
+    if not series:
+        raise ValueError("series must hold at least one curve")
+    for label, y in series.items():
+        ys = to_numpy(y)
+        if ys.shape != xs.shape:
+            raise ValueError(f"series {label!r} has shape {ys.shape}, x has shape {xs.shape}")
+        ax.plot(xs, ys, marker="o", label=label)
+    if reference_power is not None:
+        anchor = to_numpy(next(iter(series.values())))[-1]
+        guide = anchor * (xs / xs[-1]) ** reference_power
+        ax.plot(xs, guide, linestyle="--", color="0.5", label=f"∝ x^{reference_power:g}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.legend(fontsize="small")
+    return ax
+
+
+# ---- A tiny Transformer (book/06_tiny_transformer) ----
+
+
+def training_curves(
+    ax: Axes,
+    runs: dict[str, list[list[float]]],
+    *,
+    smooth: int = 10,
+    title: str = "",
+) -> Axes:
+    """Loss curves, one line per label: the mean over runs, with a min..max band.
+
+    Args:
+        ax: the axes to draw on.
+        runs: label -> list of per-run loss sequences (all of one length).
+        smooth: width of the moving average applied to each run (1 for none).
+        title: axes title.
+
+    Returns:
+        ``ax``.
+    """
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    if not runs:
+        raise ValueError("runs must hold at least one label")
+    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth must be a positive int, got {smooth!r}")
+    kernel = np.ones(smooth) / smooth
+    for label, losses in runs.items():
+        curves_ = np.array(
+            [np.convolve(np.asarray(run, float), kernel, mode="valid") for run in losses]
+        )
+        steps = np.arange(curves_.shape[1]) + smooth
+        ax.plot(steps, curves_.mean(axis=0), label=label)
+        ax.fill_between(steps, curves_.min(axis=0), curves_.max(axis=0), alpha=0.2)
+    ax.set(xlabel="training step", ylabel="cross-entropy loss", title=title)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def accuracy_by_length(
+    ax: Axes,
+    results: dict[str, torch.Tensor],
+    lengths: tuple[int, ...],
+    *,
+    train_length: int,
+) -> Axes:
+    """Accuracy against evaluation length, one line per scheme, error bars over seeds.
+
+    Args:
+        ax: the axes to draw on.
+        results: scheme -> accuracies of shape ``(seeds, len(lengths))``.
+        lengths: the evaluation lengths.
+        train_length: drawn as a dashed vertical line.
+
+    Returns:
+        ``ax``.
+    """
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    for label, acc in results.items():
+        a = to_numpy(acc)
+        if a.ndim != 2 or a.shape[1] != len(lengths):
+            raise ValueError(
+                f"results[{label!r}] must have shape (seeds, {len(lengths)}), got {a.shape}"
+            )
+        ax.errorbar(lengths, a.mean(axis=0), yerr=a.std(axis=0), marker="o", capsize=3, label=label)
+    ax.axvline(train_length, color="grey", linestyle="--", label="training length")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(lengths), labels=[str(n) for n in lengths])
+    ax.set(
+        xlabel="evaluation length", ylabel="accuracy", ylim=(0, 1.05), title="accuracy vs length"
+    )
+    ax.legend(fontsize="small")
     return ax

@@ -362,8 +362,10 @@ def apply_rope(
     queries and keys, never to values.
 
     The math runs in float32 (float64 if ``x`` is float64) and the result is cast to ``x``'s
-    dtype. The half layout writes into one output buffer without forming ``rotate_half(x)``;
-    the interleaved layout is one complex multiplication, as in :func:`apply_rope_complex`.
+    dtype. The half layout writes into one output buffer without forming ``rotate_half(x)``
+    (when autograd is recording, it uses the same formula with temporaries, which autograd can
+    differentiate); the interleaved layout is one complex multiplication, as in
+    :func:`apply_rope_complex`.
 
     Args:
         x: queries or keys, positions along ``seq_dim`` and the head width last.
@@ -407,14 +409,46 @@ def apply_rope(
         # pairs (x[2i], x[2i+1]) are adjacent: one complex multiply reads x once
         return _multiply_complex(x, torch.complex(cos, sin))
     xc = x.to(compute)  # no copy for float32 input
+    if torch.is_grad_enabled() and (xc.requires_grad or cos.requires_grad or sin.requires_grad):
+        # autograd cannot record out= writes: the same formula with temporaries
+        x1, x2 = xc.chunk(2, dim=-1)  # (..., D/2): pair i = (x1[i], x2[i])
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
     out = torch.empty(x.shape, dtype=compute, device=x.device)
-    x1, x2 = xc.chunk(2, dim=-1)  # (..., D/2): pair i = (x1[i], x2[i])
+    block = _BLOCK if x.device.type == "cpu" else x.numel()  # GPUs: one launch per kernel
+    _rotate_half_layout_into(out, xc, cos, sin, block)
+    return out.to(x.dtype)
+
+
+_BLOCK = 1 << 19  # elements per block of the half-layout fast path (2 MiB of float32)
+
+
+def _rotate_half_layout_into(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, block: int) -> None:
+    """Write the half-layout rotation of ``x`` into ``out``, block by block.
+
+    Each block is rotated with four in-place kernels that read and write its halves; blocks are
+    small enough to stay in the CPU cache between those kernels, so memory sees about one read
+    of ``x`` and one write of ``out``. ``cos``/``sin`` broadcast against ``x`` (right-aligned).
+    """
+    axis = next((a for a in range(x.ndim - 1) if x.shape[a] > 1), None)
+    if x.numel() > block and axis is not None:
+        size = x.shape[axis]
+        step = max(1, block // (x.numel() // size))
+        t_axis = axis - (x.ndim - cos.ndim)  # the same axis in the (right-aligned) table
+        split_table = t_axis >= 0 and cos.shape[t_axis] > 1
+        for start in range(0, size, step):
+            n = min(step, size - start)
+            c = cos.narrow(t_axis, start, n) if split_table else cos
+            s = sin.narrow(t_axis, start, n) if split_table else sin
+            _rotate_half_layout_into(
+                out.narrow(axis, start, n), x.narrow(axis, start, n), c, s, block
+            )
+        return
+    x1, x2 = x.chunk(2, dim=-1)  # (..., D/2): pair i = (x1[i], x2[i])
     o1, o2 = out.chunk(2, dim=-1)  # views into out: no rotate_half(x) temporary
     torch.mul(x1, cos, out=o1)  # a cos
     o1.addcmul_(x2, sin, value=-1.0)  # a cos - b sin
     torch.mul(x2, cos, out=o2)  # b cos
     o2.addcmul_(x1, sin)  # b cos + a sin
-    return out.to(x.dtype)
 
 
 def _multiply_complex(x: Tensor, f: Tensor) -> Tensor:

@@ -419,8 +419,8 @@ def test_check_rms_norm_both_ways():
 
 def _bn(
     x,
-    rm,
-    rv,
+    running_mean,
+    running_var,
     weight,
     bias,
     momentum,
@@ -441,7 +441,7 @@ def _bn(
     bvar, bmean = torch.var_mean(x, dim=0, correction=0)
     run_var = bvar if run_biased else bvar * n / (n - 1)
     m = 1 - momentum if swap else momentum
-    return y, (1 - m) * rm + m * bmean, (1 - m) * rv + m * run_var
+    return y, (1 - m) * running_mean + m * bmean, (1 - m) * running_var + m * run_var
 
 
 def test_check_batch_norm_accepts_package():
@@ -465,12 +465,12 @@ def test_check_batch_norm_accepts_package():
 )
 def test_check_batch_norm_names_mistakes(kwargs, name):
     with pytest.raises(checks.CheckError, match=name):
-        checks.check_batch_norm(lambda *a: _bn(*a, **kwargs))
+        checks.check_batch_norm(lambda **a: _bn(**a, **kwargs))
 
 
 def test_check_batch_norm_wants_a_tuple():
     with pytest.raises(checks.CheckError, match="returns"):
-        checks.check_batch_norm(lambda x, *a: x)
+        checks.check_batch_norm(lambda x, **a: x)
 
 
 def test_check_variance_both_ways():

@@ -497,3 +497,41 @@ def test_check_shift_recurrence_both_ways() -> None:
         checks.check_shift_recurrence(notes)
     with pytest.raises(checks.CheckError, match=re.escape("cos(a+b) with a plus sign")):
         checks.check_shift_recurrence(plus_sign)
+
+
+def test_check_normalized_positions_both_ways() -> None:
+    assert checks.check_normalized_positions(
+        lambda num_positions: torch.arange(num_positions) / (num_positions - 1)
+    )
+    with pytest.raises(checks.CheckError, match="divided by L instead of L - 1"):
+        checks.check_normalized_positions(
+            lambda num_positions: torch.arange(num_positions) / num_positions
+        )
+    with pytest.raises(checks.CheckError, match="positions counted from 1"):
+        checks.check_normalized_positions(
+            lambda num_positions: torch.arange(1, num_positions + 1) / num_positions
+        )
+
+
+# ------------------------------------------------------------------------------ plot helpers
+
+
+def test_plot_helpers_draw_and_validate() -> None:
+    from matplotlib.figure import Figure  # no pyplot: no backend or global state involved
+
+    from companion import plotting
+
+    ax = Figure().subplots()
+    assert plotting.encoding_columns(ax, sinusoidal_encoding(20, 8), [0, 3]) is ax
+    assert len(ax.get_lines()) == 2 and ax.get_xlabel() == "position"
+    with pytest.raises(ValueError, match=r"columns must lie in \[0, 8\), got 8"):
+        plotting.encoding_columns(ax, sinusoidal_encoding(20, 8), [8])
+    with pytest.raises(ValueError, match="encoding must be 2-D"):
+        plotting.encoding_columns(ax, torch.zeros(3), [0])
+    x = torch.arange(5)
+    assert plotting.curves(ax, x, {"a": x * 2.0, "b": x * 3.0}, logy=True) is ax
+    assert ax.get_yscale() == "log"
+    with pytest.raises(ValueError, match="series 'a' has shape"):
+        plotting.curves(ax, x, {"a": torch.zeros(4)})
+    with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
+        plotting.curves(None, x, {"a": x})

@@ -272,7 +272,7 @@ def test_scores_depend_only_on_relative_position(dim, m, n, shift, seed, layout)
 
 @given(dim=dims, m=pos, seed=st.integers(0, 10_000), layout=st.sampled_from(LAYOUTS))
 def test_norm_is_preserved(dim, m, seed, layout) -> None:
-    x = _vec(seed, dim, n=3)
+    x = _vec(seed, dim, n=3)[:, None]  # (3, L=1, D): three vectors at position m
     torch.testing.assert_close(_rot(x, m, layout).norm(dim=-1), x.norm(dim=-1))
 
 
@@ -471,13 +471,15 @@ def test_check_rope_frequencies_both_ways() -> None:
     assert checks.check_rope_frequencies(
         lambda head_dim, base: rope_frequencies(head_dim, base=base)
     )
-    wrong = lambda head_dim, base: (
-        base ** (-torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
-    )  # noqa: E731
+
+    def wrong(head_dim, base):
+        return base ** (-torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
+
     _raises_mistake(lambda: checks.check_rope_frequencies(wrong), "frequencies base^(-i/D)")
-    flipped = lambda head_dim, base: (
-        base ** (2 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
-    )  # noqa: E731
+
+    def flipped(head_dim, base):
+        return base ** (2 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
+
     _raises_mistake(lambda: checks.check_rope_frequencies(flipped), "exponent with the wrong sign")
 
 
@@ -497,11 +499,13 @@ def test_check_apply_rope_both_ways(layout: str) -> None:
         lambda: checks.check_apply_rope(_learner_apply(layout, exponent=1.0), layout=layout),
         "frequencies base^(-i/D)",
     )
-    with pytest.raises(CheckError, match="uses the given positions"):
-        checks.check_apply_rope(
+    _raises_mistake(
+        lambda: checks.check_apply_rope(
             lambda x, positions, base: _learner_apply(layout)(x, torch.arange(x.shape[-2]), base),
             layout=layout,
-        )
+        ),
+        "positions ignored",
+    )
 
 
 def _learner_attention(rotate_v: bool = False, rotate_qk: bool = True):
@@ -575,3 +579,94 @@ def test_check_rope_cos_sin_both_ways() -> None:
         checks.check_rope_cos_sin(
             lambda positions, head_dim, base: right(positions, head_dim, base)[0]
         )
+
+
+def notebook_hf_cos_sin(position_ids: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype):
+    """Copy of the chapter's ``hf_cos_sin`` (the precision study), kept in sync by hand."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    freqs = position_ids[..., None].float() * inv_freq  # float32 angles (..., D/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (..., D): the table repeated for rotate_half
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chapter_replica_of_hf_table_is_bit_exact(dtype: torch.dtype) -> None:
+    positions = torch.randint(0, 2**20, (64,), generator=torch.Generator().manual_seed(6))
+    hf_cos, hf_sin = hf_cos_sin(128, positions, torch.zeros(1, dtype=dtype))
+    cos, sin = notebook_hf_cos_sin(positions, 128, 10000.0, dtype)
+    assert torch.equal(cos, hf_cos[0]) and torch.equal(sin, hf_sin[0])
+
+
+def test_error_vs_position_plot_helper() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from companion import plotting
+
+    fig, ax = plt.subplots()
+    out = plotting.error_vs_position(
+        ax,
+        torch.tensor([1.0, 2.0, 4.0]),
+        {"a": torch.tensor([1e-8, 1e-7, 1e-6])},
+        levels={"f32": 3e-8},
+    )
+    assert out is ax and ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert len(ax.lines) == 2 and ax.get_xlabel() == "position m"
+    with pytest.raises(ValueError, match="errors 'b' has shape"):
+        plotting.error_vs_position(ax, torch.tensor([1.0, 2.0]), {"b": torch.ones(3)})
+    with pytest.raises(ValueError, match="positions must be 1-D and positive"):
+        plotting.error_vs_position(ax, torch.tensor([0.0, 2.0]), {"b": torch.ones(2)})
+    with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
+        plotting.error_vs_position(None, torch.tensor([1.0]), {})
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gradients_flow_through_both_layouts(layout: str) -> None:
+    """apply_rope is differentiable (training uses it); the gradient of a rotation is R^T."""
+    x = torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
+    cos, sin = rope_cos_sin(torch.arange(3) + 2, rope_frequencies(4), dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda t: apply_rope(t, cos, sin, layout=layout), (x,))
+    grad = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    (apply_rope(x, cos, sin, layout=layout) * grad).sum().backward()
+    torch.testing.assert_close(
+        x.grad, apply_rope(grad, cos, -sin, layout=layout)
+    )  # R^T = R(-angle)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            apply_rope(x, cos, sin, layout=layout), apply_rope(x.detach(), cos, sin, layout=layout)
+        )
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1000])
+@pytest.mark.parametrize(
+    ("x_shape", "table", "seq_dim"),
+    [
+        ((2, 3, 5, 8), "shared", -2),  # (B, H, L, D), table (L, D/2)
+        ((2, 3, 5, 8), "per_batch", -2),  # table (B, L, D/2)
+        ((2, 5, 3, 8), "per_batch", 1),  # (B, L, H, D)
+        ((1, 4, 5, 8), "shared", -2),  # leading size-1 axis
+        ((5, 8), "shared", -2),  # (L, D)
+    ],
+)
+def test_blocked_half_layout_matches_the_formula(
+    monkeypatch, block, x_shape, table, seq_dim
+) -> None:
+    """The CPU fast path rotates block by block; every split must give the plain formula."""
+    monkeypatch.setattr(rope, "_BLOCK", block)
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(x_shape, generator=gen, dtype=torch.float64)
+    ids = (
+        torch.arange(5) if table == "shared" else torch.tensor([[0, 1, 2, 3, 4], [9, 3, 100, 7, 2]])
+    )
+    cos, sin = rope_cos_sin(ids, rope_frequencies(8), dtype=torch.float64)
+    got = apply_rope(x, cos, sin, seq_dim=seq_dim)
+    c = cos if table == "shared" else cos[:, None] if seq_dim == -2 else cos
+    s = sin if table == "shared" else sin[:, None] if seq_dim == -2 else sin
+    if seq_dim == 1:  # (B, L, H, D): the table needs a heads axis after L
+        c, s = c.unsqueeze(-2), s.unsqueeze(-2)
+    x1, x2 = x.chunk(2, dim=-1)
+    expected = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    torch.testing.assert_close(got, expected, atol=1e-14, rtol=0)

@@ -68,7 +68,7 @@ def _skip_or_fail(reason: str) -> None:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -114,14 +114,12 @@ class PageVisit:
             lambda msg: self.console_errors.append(msg.text) if msg.type == "error" else None,
         )
         self.page.on("pageerror", lambda exc: self.console_errors.append(str(exc)))
-        self.page.on(
-            "requestfailed", lambda req: self.failed.append(f"{req.url} ({req.failure})")
-        )
+        self.page.on("requestfailed", lambda req: self.failed.append(f"{req.url} ({req.failure})"))
         self.page.on(
             "response",
-            lambda res: self.failed.append(f"{res.url} (HTTP {res.status})")
-            if res.status >= 400
-            else None,
+            lambda res: (
+                self.failed.append(f"{res.url} (HTTP {res.status})") if res.status >= 400 else None
+            ),
         )
         # Any request to another host is recorded and refused: the book must read offline.
         self.page.route("**/*", self._route)
