@@ -362,9 +362,10 @@ def apply_rope(
     queries and keys, never to values.
 
     The math runs in float32 (float64 if ``x`` is float64) and the result is cast to ``x``'s
-    dtype. The half layout writes into one output buffer without forming ``rotate_half(x)``
-    (when autograd is recording, it uses the same formula with temporaries, which autograd can
-    differentiate); the interleaved layout is one complex multiplication, as in
+    dtype. The half layout writes into one output buffer without forming ``rotate_half(x)``,
+    block by block on the CPU so that each block stays in cache (when autograd is recording,
+    it uses the same formula with temporaries, which autograd can differentiate); the
+    interleaved layout is one complex multiplication, as in
     :func:`apply_rope_complex`.
 
     Args:
