@@ -540,3 +540,61 @@ def accuracy_by_length(
     )
     ax.legend(fontsize="small")
     return ax
+
+
+# ---- Performance and precision (book/07_performance) ----
+
+
+def ratio_bars(
+    ax: Axes,
+    ratios: dict[str, float],
+    *,
+    reference: str = "",
+    title: str = "",
+    xlabel: str = "time / reference",
+) -> Axes:
+    """Horizontal bars of ratios to a reference, with a dashed line at 1.
+
+    Args:
+        ax: the axes to draw on.
+        ratios: label -> ratio (positive), one bar each, top to bottom in this order.
+        reference: the reference's name, written next to the line at 1.
+        title: axes title.
+        xlabel: x-axis label.
+
+    Returns:
+        ``ax``.
+    """
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    if not ratios:
+        raise ValueError("ratios must hold at least one bar")
+    labels = list(ratios)
+    values = np.array([float(ratios[k]) for k in labels])
+    if not np.isfinite(values).all() or (values <= 0).any():
+        raise ValueError(f"ratios must be finite and positive, got {values.tolist()}")
+    ys = np.arange(len(labels))[::-1]
+    ax.barh(ys, values, color="C0")
+    for y, value in zip(ys, values, strict=True):
+        ax.annotate(
+            f"{value:.2f}",
+            (value, y),
+            xytext=(3, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize="small",
+        )
+    ax.axvline(1.0, linestyle="--", color="gray", linewidth=0.8)
+    if reference:
+        ax.annotate(
+            reference,
+            (1.0, ys[0] + 0.45),
+            xytext=(3, 0),
+            textcoords="offset points",
+            fontsize="small",
+            color="gray",
+        )
+    ax.set_yticks(ys, labels=labels)
+    ax.set_xlim(0, values.max() * 1.2)
+    ax.set(title=title, xlabel=xlabel)
+    return ax

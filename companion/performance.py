@@ -1,0 +1,396 @@
+r"""Measuring speed and precision (appendix :ref:`ch-performance`).
+
+Small helpers that the appendix *Performance and precision* and the scripts in
+``benchmarks/`` share, so that the page and ``make bench`` measure the same thing:
+
+- :func:`compare_timings`: median run times of several implementations measured side by side
+  in one run (warm-up, :mod:`torch.utils.benchmark`, interleaved rounds, accelerator
+  synchronisation).
+- :func:`tensor_bytes` and :func:`attention_flops`: the bytes an operation must move and the
+  floating-point operations it must do, the two floors a kernel's time is compared with.
+- :func:`ulp` and :func:`max_abs_error`: how large a rounding step is at a given magnitude,
+  and an error measure that reports NaN and infinity as an infinite error.
+- :func:`rope_table` and :func:`rope_error_by_position`: the RoPE cos/sin tables of three
+  recipes found in the wild (float64 angles as in :mod:`companion.rope`, Hugging Face's float32
+  angles, a bfloat16 table) and the output error of each against a float64 reference.
+- :func:`one_pass_layer_norm` and :func:`naive_softmax_attention`: the two textbook shortcuts
+  whose failures the appendix measures (variance as :math:`E[x^2] - E[x]^2`; a softmax without
+  subtracting the maximum).
+
+Timings depend on the machine and its load: nothing here or in the tests asserts on them.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.utils.benchmark as tb
+from torch import Tensor
+
+from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
+
+__all__ = [
+    "ROPE_RECIPES",
+    "PositionErrors",
+    "attention_flops",
+    "compare_timings",
+    "max_abs_error",
+    "naive_softmax_attention",
+    "one_pass_layer_norm",
+    "rope_error_by_position",
+    "rope_table",
+    "tensor_bytes",
+    "ulp",
+]
+
+ROPE_RECIPES = ("float64-angles", "float32-angles", "bfloat16-table")
+"""The RoPE table recipes :func:`rope_table` builds."""
+
+
+# ---- validation ------------------------------------------------------------------------------
+
+
+def _check_float_dtype(dtype: object) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype}")
+    return dtype
+
+
+def _check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def _check_tensor(name: str, x: object) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+# ---- timing ----------------------------------------------------------------------------------
+
+
+def compare_timings(
+    cases: Mapping[str, Callable[[], object]],
+    *,
+    min_run_time: float = 0.2,
+    rounds: int = 3,
+) -> dict[str, float]:
+    """Median seconds per call of each case, measured side by side in one run.
+
+    Each case is called once to warm up (allocator, caches, lazy initialisation, compilation).
+    Then, ``rounds`` times, every case is measured in turn with
+    :meth:`torch.utils.benchmark.Timer.blocked_autorange` (at least ``min_run_time`` seconds of
+    calls, the median of its blocks); interleaving the cases means that a change in the
+    machine's load hits all of them alike. The result is the median over the rounds. The timer
+    of :mod:`torch.utils.benchmark` synchronises a CUDA device before reading the clock, so
+    asynchronous kernels are counted in full.
+
+    Args:
+        cases: name -> a function with no arguments (its result is discarded); measure
+            implementations on the *same* tensors so that the ratios compare like with like.
+        min_run_time: seconds of calls per measurement; positive.
+        rounds: number of interleaved rounds; at least 1.
+
+    Returns:
+        name -> median seconds per call, in the order of ``cases``.
+    """
+    if not isinstance(cases, Mapping) or not cases:
+        raise ValueError("cases must be a non-empty mapping of name -> callable")
+    for name, fn in cases.items():
+        if not callable(fn):
+            raise TypeError(f"cases[{name!r}] must be callable, got {type(fn).__name__}")
+    if isinstance(min_run_time, bool) or not isinstance(min_run_time, numbers.Real):
+        raise TypeError(f"min_run_time must be a number, got {type(min_run_time).__name__}")
+    if not min_run_time > 0:
+        raise ValueError(f"min_run_time must be > 0, got {min_run_time}")
+    rounds = _check_positive_int("rounds", rounds)
+    timers = {
+        name: tb.Timer("fn()", globals={"fn": fn}, description=name) for name, fn in cases.items()
+    }
+    for timer in timers.values():
+        timer.timeit(1)  # warm-up
+    per_round: dict[str, list[float]] = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            per_round[name].append(timer.blocked_autorange(min_run_time=min_run_time).median)
+    return {name: statistics.median(ts) for name, ts in per_round.items()}
+
+
+# ---- what bounds an operation ----------------------------------------------------------------
+
+
+def tensor_bytes(*tensors: Tensor) -> int:
+    """Bytes held by the elements of the given tensors (``numel * element_size`` summed).
+
+    An operation that reads tensors ``a, b`` and writes ``c`` moves at least
+    ``tensor_bytes(a, b, c)`` bytes through memory; divided by the run time this is the
+    bandwidth it achieved. ``x.clone()`` moves ``2 * tensor_bytes(x)``: the floor for any
+    out-of-place elementwise operation on ``x``.
+
+    Args:
+        tensors: any tensors.
+
+    Returns:
+        The total in bytes.
+    """
+    total = 0
+    for i, t in enumerate(tensors):
+        total += _check_tensor(f"tensors[{i}]", t).numel() * t.element_size()
+    return total
+
+
+def attention_flops(batch: int, heads: int, length: int, source_length: int, head_dim: int) -> int:
+    r"""Floating-point operations of the two matrix products of attention.
+
+    :math:`QK^\top` and :math:`PV` each take :math:`L \cdot S \cdot D` multiply-adds per head,
+    two operations each: :math:`4\,B H L S D` in all. The softmax adds :math:`O(BHLS)`, which
+    is small next to it when :math:`D` is 64 or more; the score matrix it reads and writes is
+    :math:`B H L S` numbers, the memory that tiling avoids.
+
+    Args:
+        batch: ``B``.
+        heads: ``H``.
+        length: ``L``, the number of queries.
+        source_length: ``S``, the number of keys and values.
+        head_dim: ``D``.
+
+    Returns:
+        The operation count.
+    """
+    values = {
+        "batch": batch,
+        "heads": heads,
+        "length": length,
+        "source_length": source_length,
+        "head_dim": head_dim,
+    }
+    b, h, n, s, d = (_check_positive_int(name, v) for name, v in values.items())
+    return 4 * b * h * n * s * d
+
+
+# ---- precision -------------------------------------------------------------------------------
+
+
+def ulp(x: Tensor | float, *, dtype: torch.dtype = torch.float32) -> Tensor:
+    r"""The spacing of ``dtype``'s numbers at magnitude ``|x|``: one unit in the last place.
+
+    For :math:`2^k \le |x| < 2^{k+1}` this is :math:`2^{k}\,\varepsilon` with
+    :math:`\varepsilon` = ``torch.finfo(dtype).eps`` (:math:`2^{-23}` for float32,
+    :math:`2^{-7}` for bfloat16), the distance from a number of that binade to the next larger
+    one (``numpy.spacing``'s convention). Below the smallest normal number the spacing is the
+    constant of the subnormals. Rounding to nearest errs by at most half of it.
+
+    Args:
+        x: magnitudes (a tensor or a number); finite.
+        dtype: the floating-point format whose spacing is wanted.
+
+    Returns:
+        The spacing, float64, with ``x``'s shape (a 0-d tensor for a number).
+    """
+    dtype = _check_float_dtype(dtype)
+    if isinstance(x, bool) or not isinstance(x, Tensor | numbers.Real):
+        raise TypeError(f"x must be a tensor or a real number, got {type(x).__name__}")
+    a = torch.as_tensor(x, dtype=torch.float64).abs()
+    if not torch.isfinite(a).all():
+        raise ValueError("x must be finite")
+    info = torch.finfo(dtype)
+    _, exponent = torch.frexp(a.clamp(min=info.tiny))  # |x| = m * 2**e, 0.5 <= m < 1
+    return torch.ldexp(torch.full_like(a, info.eps), exponent - 1)  # eps * 2**(e - 1)
+
+
+def max_abs_error(approx: Tensor, reference: Tensor) -> float:
+    """Largest absolute difference, computed in float64; NaN or infinity count as ``inf``.
+
+    ``(a - b).abs().max()`` returns NaN when ``a`` holds a NaN, and a NaN compares false with
+    every threshold, so a broken result could pass ``error < tol``. Here it cannot.
+
+    Args:
+        approx: the result under test.
+        reference: the reference, broadcastable to ``approx``.
+
+    Returns:
+        The error as a Python float (``inf`` if any entry is not finite).
+    """
+    approx, reference = _check_tensor("approx", approx), _check_tensor("reference", reference)
+    diff = (approx.to(torch.float64) - reference.to(torch.float64)).abs()
+    if diff.numel() == 0:
+        return 0.0
+    if not torch.isfinite(diff).all():
+        return math.inf
+    return diff.max().item()
+
+
+def rope_table(
+    positions: Tensor,
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    recipe: str = "float64-angles",
+) -> tuple[Tensor, Tensor]:
+    r"""The RoPE ``(cos, sin)`` table as three common recipes build it.
+
+    - ``"float64-angles"``: angles :math:`m\theta_i` in float64, cos and sin cast to float32;
+      :func:`companion.rope.rope_cos_sin`.
+    - ``"float32-angles"``: Hugging Face ``transformers``' ``LlamaRotaryEmbedding``:
+      ``inv_freq = 1 / base ** (arange(0, D, 2).float() / D)`` and the angle
+      ``position.float() * inv_freq`` in float32, then cos and sin in float32. At position
+      :math:`m` the angle is rounded to float32's spacing there (0.125 rad at :math:`2^{20}`).
+    - ``"bfloat16-table"``: exact angles, but the table stored in bfloat16 (8 significant bits),
+      as when a model's buffers are cast with ``model.to(torch.bfloat16)``.
+
+    Args:
+        positions: position ids, 1-D, integer or real.
+        head_dim: the head width ``D``, even.
+        base: the frequency base.
+        recipe: one of :data:`ROPE_RECIPES`.
+
+    Returns:
+        ``(cos, sin)``, float32 (bfloat16 for ``"bfloat16-table"``), on ``positions``' device.
+
+    Shape:
+        positions: ``(L,)``.
+        cos, sin: ``(L, D // 2)``.
+    """
+    positions = _check_tensor("positions", positions)
+    if positions.ndim != 1:
+        raise ValueError(f"positions must be 1-D, got shape {tuple(positions.shape)}")
+    if recipe not in ROPE_RECIPES:
+        raise ValueError(f"recipe must be one of {ROPE_RECIPES}, got {recipe!r}")
+    frequencies = rope_frequencies(head_dim, base=base)  # validates head_dim and base
+    if recipe == "float32-angles":
+        steps = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device)
+        inv_freq = 1.0 / (base ** (steps.float() / head_dim))  # (D/2,) float32, as HF
+        angles = positions.float()[:, None] * inv_freq[None, :]  # (L, D/2), rounded to float32
+        return angles.cos(), angles.sin()
+    dtype = torch.bfloat16 if recipe == "bfloat16-table" else torch.float32
+    return rope_cos_sin(positions, frequencies, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class PositionErrors:
+    """The output error of a RoPE recipe at each position (from :func:`rope_error_by_position`).
+
+    Attributes:
+        positions: the positions, float64 ``(P,)``.
+        error: the largest absolute error of the rotated vectors at each position, ``(P,)``.
+        scale: the largest magnitude of the exact rotated vectors at each position, ``(P,)``.
+    """
+
+    positions: Tensor
+    error: Tensor
+    scale: Tensor
+
+    def in_ulps(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """The error in units of ``dtype``'s spacing at the output scale, ``(P,)``."""
+        return self.error / ulp(self.scale, dtype=dtype)
+
+
+def rope_error_by_position(
+    positions: Tensor,
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    recipe: str = "float64-angles",
+    num_vectors: int = 8,
+    generator: torch.Generator | None = None,
+) -> PositionErrors:
+    r"""Error of float32 RoPE built with ``recipe``, against float64 RoPE, at each position.
+
+    ``num_vectors`` random float32 vectors (standard normal, the same at every position) are
+    rotated by :func:`companion.rope.apply_rope` (half layout, float32 arithmetic) with the
+    recipe's table, and exactly: the same float32 inputs in float64 with float64 angles. The
+    exact rotation keeps each pair's length, so the output scale is that of the input and
+    a float32 result can at best be within half a float32 spacing of it.
+
+    Args:
+        positions: positions to test, 1-D, non-negative.
+        head_dim: the head width ``D``, even.
+        base: the frequency base.
+        recipe: one of :data:`ROPE_RECIPES` (see :func:`rope_table`).
+        num_vectors: how many random vectors to rotate at each position.
+        generator: random generator for the vectors (``None``: a fixed seed, 0).
+
+    Returns:
+        A :class:`PositionErrors` holding the error and the output scale per position.
+    """
+    positions = _check_tensor("positions", positions)
+    if positions.ndim != 1 or positions.numel() == 0:
+        raise ValueError(f"positions must be 1-D and non-empty, got shape {tuple(positions.shape)}")
+    if (positions < 0).any():
+        raise ValueError("positions must be non-negative")
+    num_vectors = _check_positive_int("num_vectors", num_vectors)
+    gen = torch.Generator().manual_seed(0) if generator is None else generator
+    x = torch.randn(num_vectors, 1, head_dim, generator=gen)  # (N, 1, D) float32
+    x = x.expand(num_vectors, positions.numel(), head_dim)  # (N, P, D): same vectors everywhere
+    cos, sin = rope_table(positions, head_dim, base=base, recipe=recipe)  # (P, D/2)
+    y = apply_rope(x, cos, sin)  # (N, P, D) float32 arithmetic
+    c64, s64 = rope_cos_sin(positions, rope_frequencies(head_dim, base=base), dtype=torch.float64)
+    exact = apply_rope(x.double(), c64, s64)  # (N, P, D) float64
+    error = (y.double() - exact).abs().amax(dim=(0, 2))  # (P,)
+    scale = exact.abs().amax(dim=(0, 2))  # (P,)
+    return PositionErrors(positions.to(torch.float64).cpu(), error.cpu(), scale.cpu())
+
+
+def one_pass_layer_norm(x: Tensor, *, eps: float = 1e-5) -> Tensor:
+    r"""LayerNorm with the one-pass variance :math:`E[x^2] - E[x]^2`, in ``x``'s dtype.
+
+    A baseline to measure, not to use: both terms are about :math:`\mu^2`, so when the mean
+    :math:`\mu` is large next to the spread :math:`\sigma` their difference loses about
+    :math:`2\log_2(|\mu|/\sigma)` bits, and in float32 the variance can come out as zero or
+    negative. :func:`companion.norm.layer_norm` and :func:`torch.nn.functional.layer_norm`
+    subtract the mean first. No gain or bias; normalises the last dimension.
+
+    Args:
+        x: input, floating point.
+        eps: added to the variance inside the square root.
+
+    Returns:
+        The normalised tensor, ``x``'s shape and dtype (NaN where the variance came out
+        below ``-eps``).
+
+    Shape:
+        x: ``(..., D)``; output: same.
+    """
+    x = _check_tensor("x", x)
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+    mean = x.mean(dim=-1, keepdim=True)
+    var = (x * x).mean(dim=-1, keepdim=True) - mean * mean  # cancels when |mean| >> std
+    return (x - mean) / torch.sqrt(var + eps)
+
+
+def naive_softmax_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+    r"""Attention with the softmax written as :math:`e^{s}/\sum e^{s}`, without the max shift.
+
+    A baseline to measure, not to use: in float32 :math:`e^{s}` overflows to infinity for
+    :math:`s > 88.7`, and infinity over infinity is NaN. Subtracting the row maximum first (as
+    :func:`companion.attention.scaled_dot_product_attention` and torch do) gives the same
+    value in exact arithmetic and never overflows.
+
+    Args:
+        query: ``(..., L, D)``.
+        key: ``(..., S, D)``.
+        value: ``(..., S, D_v)``.
+
+    Returns:
+        ``(..., L, D_v)``, in the inputs' dtype.
+    """
+    query = _check_tensor("query", query)
+    key = _check_tensor("key", key)
+    value = _check_tensor("value", value)
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"query and key must share the last dim, got {query.shape[-1]} and {key.shape[-1]}"
+        )
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., L, S)
+    e = torch.exp(scores)  # overflows for scores > 88.7 in float32
+    return (e / e.sum(dim=-1, keepdim=True)) @ value  # (..., L, D_v)

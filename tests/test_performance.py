@@ -1,0 +1,271 @@
+"""Tests for companion.performance: oracle tests (numpy.spacing, Hugging Face's rotary table,
+torch.nn.functional), hypothesis properties, and the validation table. No test asserts on
+time."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+from companion.norm import layer_norm
+from companion.performance import (
+    ROPE_RECIPES,
+    attention_flops,
+    compare_timings,
+    max_abs_error,
+    naive_softmax_attention,
+    one_pass_layer_norm,
+    rope_error_by_position,
+    rope_table,
+    tensor_bytes,
+    ulp,
+)
+from companion.rope import rope_cos_sin, rope_frequencies
+
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: E402
+
+# ---- oracle tests ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dtype", "np_dtype"),
+    [(torch.float32, np.float32), (torch.float64, np.float64), (torch.float16, np.float16)],
+)
+def test_ulp_matches_numpy_spacing(dtype: torch.dtype, np_dtype: type) -> None:
+    values = np.array([1e-30, 1e-3, 0.7, 1.0, 3.0, 1000.5, 2.0**20, 6e4], dtype=np.float64)
+    values = values[values < np.finfo(np_dtype).max]
+    values = values.astype(np_dtype)  # numbers of that format: spacing is defined on them
+    expected = np.spacing(values).astype(np.float64)
+    got = ulp(torch.from_numpy(values.astype(np.float64)), dtype=dtype).numpy()
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_ulp_bfloat16_and_subnormals() -> None:
+    # bfloat16 keeps 8 significant bits: spacing 2**-7 in [1, 2), 2**13 at 2**20
+    assert ulp(1.5, dtype=torch.bfloat16).item() == 2.0**-7
+    assert ulp(2.0**20, dtype=torch.bfloat16).item() == 2.0**13
+    # below the smallest normal float32 the spacing is that of the subnormals
+    assert ulp(0.0).item() == ulp(1e-42).item() == 2.0**-149
+    nxt = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0)) - 1.0
+    assert ulp(1.0).item() == nxt.item()
+
+
+def test_rope_table_float32_angles_is_hugging_face() -> None:
+    head_dim = 64
+    positions = torch.tensor([0, 1, 7, 4095, 2**16 + 3, 2**20 - 1])
+    config = LlamaConfig(
+        hidden_size=2 * head_dim,
+        num_attention_heads=2,
+        head_dim=head_dim,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
+    x = torch.zeros(1, 1, head_dim)
+    hf_cos, hf_sin = LlamaRotaryEmbedding(config)(x, positions[None])  # (1, L, D) repeated
+    cos, sin = rope_table(positions, head_dim, recipe="float32-angles")
+    torch.testing.assert_close(cos, hf_cos[0, :, : head_dim // 2], rtol=0, atol=0)
+    torch.testing.assert_close(sin, hf_sin[0, :, : head_dim // 2], rtol=0, atol=0)
+
+
+def test_rope_table_other_recipes_are_the_package_table() -> None:
+    positions = torch.arange(0, 2**20, 9973)
+    freqs = rope_frequencies(32)
+    cos, sin = rope_table(positions, 32, recipe="float64-angles")
+    ref_cos, ref_sin = rope_cos_sin(positions, freqs)
+    assert torch.equal(cos, ref_cos) and torch.equal(sin, ref_sin)
+    cos16, sin16 = rope_table(positions, 32, recipe="bfloat16-table")
+    assert cos16.dtype == sin16.dtype == torch.bfloat16
+    assert torch.equal(cos16, ref_cos.to(torch.bfloat16))
+
+
+def test_rope_error_of_package_within_4_ulps_at_2_to_the_20() -> None:
+    # the claim the appendix makes and `make bench` reports as a goal
+    positions = torch.tensor([1.0, 2.0**10, 2.0**15, 2.0**20])
+    errors = rope_error_by_position(positions, 128, recipe="float64-angles")
+    assert errors.in_ulps().max().item() <= 4.0
+    # Hugging Face's float32 angles are off by up to half of 0.125 rad at 2**20: far worse
+    hf = rope_error_by_position(positions, 128, recipe="float32-angles")
+    assert hf.error[-1].item() > 1e-3
+    assert hf.error[0].item() == errors.error[0].item()  # same table at position 1
+    # a bfloat16 table errs by its own rounding (about 2**-9 relative) at every position
+    bf = rope_error_by_position(positions, 128, recipe="bfloat16-table")
+    assert (bf.error > 1e-4 * bf.scale).all() and (bf.error < 2.0**-6 * bf.scale).all()
+
+
+def test_rope_error_reference_is_exact_rotation() -> None:
+    # the float64 reference keeps each pair's length: the scale is the input's max pair norm
+    errors = rope_error_by_position(torch.tensor([0.0, 5.0]), 16, num_vectors=3)
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(0))
+    assert errors.error[0].item() == 0.0  # position 0: cos = 1, sin = 0, exact
+    assert errors.scale[0].item() == pytest.approx(x.abs().max().item())
+
+
+def test_one_pass_layer_norm_matches_torch_for_small_means() -> None:
+    x = torch.randn(6, 64, dtype=torch.float64)
+    torch.testing.assert_close(one_pass_layer_norm(x), F.layer_norm(x, (64,)))
+
+
+def test_one_pass_layer_norm_breaks_for_large_means_where_two_pass_does_not() -> None:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 256, generator=gen) + 1e3  # float32, mean 1e3, std 1
+    exact = layer_norm(x.double(), 256)  # float64 on the same float32 inputs
+    one_pass = max_abs_error(one_pass_layer_norm(x), exact)
+    two_pass = max_abs_error(layer_norm(x, 256), exact)
+    torch_ln = max_abs_error(F.layer_norm(x, (256,)), exact)
+    # the rounding of the mean itself (about an ulp of 1e3) bounds any float32 algorithm
+    assert two_pass <= 2 * ulp(1e3).item() and torch_ln <= 2 * ulp(1e3).item()
+    assert one_pass > 100 * max(two_pass, torch_ln)
+    # at mean 1e4 the one-pass variance comes out negative for some rows: NaN
+    assert max_abs_error(one_pass_layer_norm(x - 1e3 + 1e4), exact) == math.inf
+
+
+def test_naive_softmax_attention_matches_sdpa_then_overflows() -> None:
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 5, 8, generator=gen) for _ in range(3))
+    torch.testing.assert_close(
+        naive_softmax_attention(q, k, v), F.scaled_dot_product_attention(q, k, v)
+    )
+    big = 1000 * q  # logits in the thousands: exp overflows in float32
+    out = naive_softmax_attention(big, k, v)
+    assert not torch.isfinite(out).all()
+    assert max_abs_error(out, F.scaled_dot_product_attention(big, k, v)) == math.inf
+
+
+def test_tensor_bytes_and_attention_flops() -> None:
+    a = torch.zeros(3, 5)
+    b = torch.zeros(7, dtype=torch.bfloat16)
+    assert tensor_bytes(a, b) == 3 * 5 * 4 + 7 * 2
+    assert tensor_bytes() == 0
+    # count the multiply-adds of the two products by hand for a tiny case
+    bsz, h, n, s, d = 2, 3, 4, 5, 6
+    assert attention_flops(bsz, h, n, s, d) == 2 * (2 * bsz * h * n * s * d)
+
+
+def test_compare_timings_measures_every_case() -> None:
+    calls = {"a": 0, "b": 0}
+
+    def make(name: str):
+        def fn() -> None:
+            calls[name] += 1
+
+        return fn
+
+    medians = compare_timings({"a": make("a"), "b": make("b")}, min_run_time=0.01, rounds=2)
+    assert list(medians) == ["a", "b"]
+    assert all(t > 0 and math.isfinite(t) for t in medians.values())
+    assert calls["a"] > 2 and calls["b"] > 2  # warm-up plus at least one call per round
+
+
+# ---- properties -----------------------------------------------------------------------------------
+
+
+@given(st.floats(min_value=1e-30, max_value=1e30, allow_nan=False, allow_infinity=False))
+def test_ulp_brackets_the_value(x: float) -> None:
+    u = ulp(x).item()
+    # |x| lies in [2**k, 2**(k+1)) with ulp = 2**k * eps: eps*|x|/2 < u <= eps*|x|
+    eps = torch.finfo(torch.float32).eps
+    assert eps * x / 2 < u <= eps * x
+    assert ulp(2 * x).item() == 2 * u  # the binade doubles, the spacing doubles
+    assert ulp(-x).item() == u
+
+
+@given(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False))
+def test_float32_rounding_is_within_half_an_ulp(x: float) -> None:
+    rounded = torch.tensor(x, dtype=torch.float64).float().double().item()
+    assert abs(rounded - x) <= ulp(x).item() / 2
+
+
+@given(st.sampled_from(ROPE_RECIPES), st.integers(min_value=1, max_value=8))
+def test_rope_error_is_zero_at_position_zero(recipe: str, half: int) -> None:
+    errors = rope_error_by_position(torch.tensor([0]), 2 * half, recipe=recipe, num_vectors=2)
+    assert errors.error.item() == 0.0
+
+
+# ---- validation -----------------------------------------------------------------------------------
+
+
+def _noop() -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: ulp(1.0, dtype=torch.int32), TypeError, "dtype must be a floating-point"),
+        (lambda: ulp("1"), TypeError, "x must be a tensor or a real number"),
+        (lambda: ulp(True), TypeError, "x must be a tensor or a real number"),
+        (lambda: ulp(math.inf), ValueError, "x must be finite"),
+        (lambda: ulp(torch.tensor([1.0, math.nan])), ValueError, "x must be finite"),
+        (lambda: max_abs_error([1.0], torch.ones(1)), TypeError, "approx must be a torch.Tensor"),
+        (lambda: max_abs_error(torch.ones(1), 1.0), TypeError, "reference must be a torch.Tensor"),
+        (lambda: tensor_bytes(torch.ones(1), 3), TypeError, r"tensors\[1\] must be a torch"),
+        (lambda: attention_flops(1, 1, 0, 1, 1), ValueError, "length must be >= 1, got 0"),
+        (lambda: attention_flops(1, 1, 1, 1, 2.0), TypeError, "head_dim must be an int"),
+        (lambda: rope_table([0, 1], 8), TypeError, "positions must be a torch.Tensor"),
+        (lambda: rope_table(torch.zeros(2, 2), 8), ValueError, "positions must be 1-D"),
+        (lambda: rope_table(torch.arange(3), 8, recipe="fp32"), ValueError, "recipe must be one"),
+        (lambda: rope_table(torch.arange(3), 7), ValueError, "head_dim must be"),
+        (lambda: rope_error_by_position(torch.tensor([-1]), 8), ValueError, "non-negative"),
+        (lambda: rope_error_by_position(torch.zeros(0), 8), ValueError, "non-empty"),
+        (
+            lambda: rope_error_by_position(torch.arange(2), 8, num_vectors=0),
+            ValueError,
+            "num_vectors must be >= 1, got 0",
+        ),
+        (
+            lambda: one_pass_layer_norm(torch.ones(2, 2, dtype=torch.int64)),
+            TypeError,
+            "x must be a floating-point tensor",
+        ),
+        (
+            lambda: naive_softmax_attention(torch.ones(2, 4), torch.ones(2, 3), torch.ones(2, 3)),
+            ValueError,
+            "query and key must share the last dim, got 4 and 3",
+        ),
+        (lambda: compare_timings({}), ValueError, "cases must be a non-empty mapping"),
+        (lambda: compare_timings({"a": 1}), TypeError, r"cases\['a'\] must be callable"),
+        (
+            lambda: compare_timings({"a": _noop}, min_run_time=0),
+            ValueError,
+            "min_run_time must be > 0, got 0",
+        ),
+        (lambda: compare_timings({"a": _noop}, rounds=0), ValueError, "rounds must be >= 1"),
+    ],
+)
+def test_validation(call, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+# ---- the appendix's plot helper -------------------------------------------------------------------
+
+
+def test_ratio_bars_draws_one_bar_per_ratio_and_validates() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from companion.plotting import ratio_bars
+
+    fig, ax = plt.subplots()
+    try:
+        assert ratio_bars(ax, {"a": 1.0, "b": 2.5}, reference="clone") is ax
+        widths = sorted(p.get_width() for p in ax.patches)
+        assert widths == [1.0, 2.5]
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["b", "a"]  # first on top
+        with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
+            ratio_bars(None, {"a": 1.0})
+        with pytest.raises(ValueError, match="ratios must hold at least one bar"):
+            ratio_bars(ax, {})
+        with pytest.raises(ValueError, match="ratios must be finite and positive"):
+            ratio_bars(ax, {"a": 0.0})
+    finally:
+        plt.close(fig)
