@@ -61,6 +61,7 @@ def main() -> None:
             if device.type == "cuda"
             else "peak of live tensors created by torch operators (TorchDispatchMode count)",
         },
+        args=args,
     )
 
     methods = {

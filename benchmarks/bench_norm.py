@@ -57,6 +57,7 @@ def main() -> None:
         f"LayerNorm and RMSNorm, float32 on {device}",
         device,
         {"dtype": "float32", "shapes (B, L, D)": SHAPES, "rounds": args.rounds},
+        args=args,
     )
     rows = []
     compile_reason = "--no-compile given" if args.no_compile else None

@@ -69,6 +69,7 @@ def main() -> None:
         f"Sinusoidal position table (L, D), float32 on {device}",
         device,
         {"dtype": "float32", "shapes (L, D)": SHAPES, "rounds": args.rounds},
+        args=args,
     )
     rows = []
     for length, dim in SHAPES:

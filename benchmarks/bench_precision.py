@@ -145,6 +145,7 @@ def main() -> None:
         f"float32 precision of RoPE, LayerNorm and attention ({device})",
         device,
         {"dtype": "float32", "reference": "float64 on the same float32 inputs"},
+        args=args,
     )
     rope_study(report)
     layer_norm_study(report, device)

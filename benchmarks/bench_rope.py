@@ -105,6 +105,7 @@ def main() -> None:
             "rounds": args.rounds,
             "min_run_time_s": args.min_run_time,
         },
+        args=args,
     )
     rows = [row for shape in SHAPES for row in bench_shape(shape, device, dtype, args)]
     report.table(

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing the pack
 import torch  # noqa: E402
 
 from companion.attention import measure_peak_memory  # noqa: E402
-from companion.performance import compare_timings  # noqa: E402
+from companion.performance import compare_timings, keep_freed_memory  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -49,14 +49,26 @@ def parser(description: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case")
     p.add_argument("--out-dir", type=Path, default=RESULTS, help="where to write .md and .json")
+    p.add_argument(
+        "--allocator",
+        choices=["steady", "default"],
+        default="steady",
+        help="steady (default): the C allocator reuses freed memory, so CPU timings measure "
+        "kernels, not page faults (companion.performance.keep_freed_memory); default: leave "
+        "glibc's settings alone",
+    )
     return p
 
 
 def start(args: argparse.Namespace) -> torch.device:
-    """Check the requested device and seed torch; returns the device."""
+    """Check the requested device, set up the allocator and seed torch; returns the device.
+
+    Sets ``args.allocator_applied``: whether the steady allocator setting took effect.
+    """
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for, but torch sees no CUDA device")
+    args.allocator_applied = args.allocator == "steady" and keep_freed_memory()
     torch.manual_seed(0)
     return device
 
@@ -116,11 +128,19 @@ class Report:
         settings: anything else that a reader needs to reproduce the run (dtype, sizes, ...).
     """
 
-    def __init__(self, name: str, title: str, device: torch.device, settings: Mapping) -> None:
+    def __init__(
+        self, name: str, title: str, device: torch.device, settings: Mapping, args=None
+    ) -> None:
         self.name = name
         self.title = title
         self.device = device
         self.settings = dict(settings)
+        if args is not None:  # the options every script shares
+            self.settings["C allocator"] = (
+                "steady (freed memory reused)"
+                if getattr(args, "allocator_applied", False)
+                else "default (glibc settings)"
+            )
         self.tables: list[dict] = []
         self.goals: list[dict] = []
         self.notes: list[str] = []

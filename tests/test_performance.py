@@ -18,6 +18,7 @@ from companion.performance import (
     ROPE_RECIPES,
     attention_flops,
     compare_timings,
+    keep_freed_memory,
     max_abs_error,
     naive_softmax_attention,
     one_pass_layer_norm,
@@ -163,6 +164,15 @@ def test_compare_timings_measures_every_case() -> None:
     assert calls["a"] > 2 and calls["b"] > 2  # warm-up plus at least one call per round
 
 
+def test_keep_freed_memory_applies_on_glibc_only() -> None:
+    import platform
+
+    expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert keep_freed_memory(2**20) is expected
+    x = torch.ones(2**19)  # 2 MiB: allocations still work and hold what was written
+    assert x.clone().sum().item() == 2**19
+
+
 # ---- properties -----------------------------------------------------------------------------------
 
 
@@ -229,6 +239,8 @@ def _noop() -> None:
             ValueError,
             "query and key must share the last dim, got 4 and 3",
         ),
+        (lambda: keep_freed_memory(0), ValueError, "limit_bytes must be >= 1, got 0"),
+        (lambda: keep_freed_memory(1.5), TypeError, "limit_bytes must be an int"),
         (lambda: compare_timings({}), ValueError, "cases must be a non-empty mapping"),
         (lambda: compare_timings({"a": 1}), TypeError, r"cases\['a'\] must be callable"),
         (
@@ -260,7 +272,8 @@ def test_ratio_bars_draws_one_bar_per_ratio_and_validates() -> None:
         assert ratio_bars(ax, {"a": 1.0, "b": 2.5}, reference="clone") is ax
         widths = sorted(p.get_width() for p in ax.patches)
         assert widths == [1.0, 2.5]
-        assert [t.get_text() for t in ax.get_yticklabels()] == ["b", "a"]  # first on top
+        at = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks(), strict=True)}
+        assert at["a"] > at["b"]  # the first ratio is drawn on top
         with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
             ratio_bars(None, {"a": 1.0})
         with pytest.raises(ValueError, match="ratios must hold at least one bar"):
