@@ -8,7 +8,7 @@ Conventions shared by every function here:
 
 * Statistics are computed in float32 at least (float64 stays float64), with
   a two-pass, cancellation-free variance (the mean first, then the mean of squared deviations;
-  see :func:`_centered_stats`), never as
+  see ``_centered_stats``), never as
   :math:`E[x^2] - E[x]^2`. The variance used to normalize is the *biased* one (divide by
   :math:`n`), and :math:`\epsilon` sits *inside* the square root, as in torch.
 * The output has the input's dtype and device.
