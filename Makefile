@@ -37,33 +37,31 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-# Clear the notebook execution cache when companion/ or the lock changed since the last
-# successful build: correct after a change to the package, and a no-change rebuild stays quick
-# (every chapter is served from the cache).
-define invalidate_cache
-	@key=$$(cat $(CACHE_INPUTS) | sha256sum | cut -d' ' -f1); \
-	if [ "$$(cat $(CACHE_KEY) 2>/dev/null)" != "$$key" ] && [ -d _build/.jupyter_cache ]; then \
-		echo "companion/ or requirements.txt changed: clearing the notebook execution cache"; \
-		rm -rf _build/.jupyter_cache; \
-	fi
-endef
-define record_cache_key
-	@mkdir -p _build; cat $(CACHE_INPUTS) | sha256sum | cut -d' ' -f1 > $(CACHE_KEY)
+# Chapter outputs depend on companion/ as well as on their own cells, but neither jupyter-cache
+# (it hashes a notebook's code cells) nor Sphinx (it re-reads a page only when its source
+# changes) knows that. So the build is keyed on a hash of companion/*.py and requirements.txt:
+# when the key changed since the last successful build, the execution cache is cleared and every
+# page is re-read (--all), which re-executes every chapter. With no change, a rebuild serves
+# every chapter from the cache and re-reads nothing: correct, and quick.
+define build_book
+	@key=$$(cat $(CACHE_INPUTS) | sha256sum | cut -d' ' -f1); extra="$(1)"; \
+	if [ "$$(cat $(CACHE_KEY) 2>/dev/null)" != "$$key" ]; then \
+		echo "companion/ or requirements.txt changed since the last build: re-executing every chapter"; \
+		rm -rf _build/.jupyter_cache; extra="--all $(1)"; \
+	fi; \
+	echo "$(BIN)/jupyter-book build . $$extra"; \
+	$(BIN)/jupyter-book build . $$extra && mkdir -p _build && echo "$$key" > $(CACHE_KEY)
 endef
 
 # --- the book -------------------------------------------------------------------------------
 book: venv
-	$(invalidate_cache)
-	$(BIN)/jupyter-book build .
-	$(record_cache_key)
+	$(call build_book,)
 	@echo "The book is at $(abspath $(HTML))/index.html"
 
 # The check build: every page re-read (--all), nitpicky, warnings are errors. Executed outputs
 # still come from the (correctly invalidated) cache.
 book-strict: venv
-	$(invalidate_cache)
-	$(BIN)/jupyter-book build . --all -n -W --keep-going
-	$(record_cache_key)
+	$(call build_book,--all -n -W --keep-going)
 
 # --- checks ---------------------------------------------------------------------------------
 lint: venv
