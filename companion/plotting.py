@@ -13,6 +13,11 @@ import torch
 from matplotlib.axes import Axes
 
 
+def _check_ax(ax: object) -> None:
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+
+
 def to_numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
     """A float64 NumPy copy of ``x`` (detached, on the CPU), for plotting."""
     if isinstance(x, torch.Tensor):
@@ -52,8 +57,7 @@ def heatmap(
     Returns:
         ``ax``.
     """
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     m = to_numpy(matrix)
     if m.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {m.shape}")
@@ -94,8 +98,7 @@ def encoding_columns(
     Returns:
         ``ax``.
     """
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     table = to_numpy(encoding)
     if table.ndim != 2:
         raise ValueError(f"encoding must be 2-D (L, D), got shape {table.shape}")
@@ -134,8 +137,7 @@ def curves(
     Returns:
         ``ax``.
     """
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     xs = to_numpy(x)
     for label, y in series.items():
         ys = to_numpy(y)
@@ -186,8 +188,7 @@ def padded_batch_diagram(
     """
     from matplotlib.patches import Rectangle
 
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     if mode not in ("batch", "layer"):
         raise ValueError(f"mode must be 'batch' or 'layer', got {mode!r}")
     if not sentences or any(len(s) == 0 for s in sentences):
@@ -262,8 +263,7 @@ def layer_profile(
     Returns:
         ``ax``.
     """
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     if not series:
         raise ValueError("series must name at least one line")
     for name, values in series.items():
@@ -304,8 +304,7 @@ def wavelength_curves(
     Returns:
         ``ax``.
     """
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     xs = to_numpy(wavelengths)
     for label, y in series.items():
         ys = to_numpy(y)
@@ -348,8 +347,7 @@ def masked_heatmap(
     """
     import matplotlib as mpl
 
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     m = to_numpy(matrix)
     if m.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {m.shape}")
@@ -387,8 +385,7 @@ def error_vs_position(
     Returns:
         ``ax``.
     """
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     xs = to_numpy(positions)
     if xs.ndim != 1 or (xs <= 0).any():
         raise ValueError(f"positions must be 1-D and positive, got shape {xs.shape}")
@@ -444,8 +441,7 @@ def loglog_curves(
     Returns:
         ``ax``.
     """
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     xs = to_numpy(x)
     if not series:
         raise ValueError("series must hold at least one curve")
@@ -486,8 +482,7 @@ def training_curves(
     Returns:
         ``ax``.
     """
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     if not runs:
         raise ValueError("runs must hold at least one label")
     if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
@@ -523,8 +518,7 @@ def accuracy_by_length(
     Returns:
         ``ax``.
     """
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     for label, acc in results.items():
         a = to_numpy(acc)
         if a.ndim != 2 or a.shape[1] != len(lengths):
@@ -565,8 +559,7 @@ def ratio_bars(
     Returns:
         ``ax``.
     """
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    _check_ax(ax)
     if not ratios:
         raise ValueError("ratios must hold at least one bar")
     labels = list(ratios)
