@@ -520,7 +520,21 @@ def mlp(dim: int, hidden: int | None = None) -> torch.nn.Sequential:
     return nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
 
 
-class PreLNBlock(nn.Module):
+class _ResidualBlock(nn.Module):
+    """What Pre-LN and Post-LN blocks share: a sublayer, a norm and the model width."""
+
+    def __init__(self, dim: int, sublayer: torch.nn.Module, norm: torch.nn.Module) -> None:
+        super().__init__()
+        self.dim = dim
+        self.sublayer = sublayer
+        self.norm = norm
+
+    def _check_width(self, x: torch.Tensor) -> None:
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"x must have last dim {self.dim}, got shape {tuple(x.shape)}")
+
+
+class PreLNBlock(_ResidualBlock):
     r"""Pre-LN residual block: :math:`x + F(\mathrm{Norm}(x))`.
 
     The residual path is an identity, so the gradient reaches every layer undiminished
@@ -537,20 +551,13 @@ class PreLNBlock(nn.Module):
         - output: same as input
     """
 
-    def __init__(self, dim: int, sublayer: torch.nn.Module, norm: torch.nn.Module) -> None:
-        super().__init__()
-        self.dim = dim
-        self.sublayer = sublayer
-        self.norm = norm
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return ``x + sublayer(norm(x))``."""
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"x must have last dim {self.dim}, got shape {tuple(x.shape)}")
+        self._check_width(x)
         return x + self.sublayer(self.norm(x))
 
 
-class PostLNBlock(nn.Module):
+class PostLNBlock(_ResidualBlock):
     r"""Post-LN residual block: :math:`\mathrm{Norm}(x + F(x))`, as in the original Transformer.
 
     The norm sits on the residual path, so every block rescales the gradient flowing through
@@ -567,16 +574,9 @@ class PostLNBlock(nn.Module):
         - output: same as input
     """
 
-    def __init__(self, dim: int, sublayer: torch.nn.Module, norm: torch.nn.Module) -> None:
-        super().__init__()
-        self.dim = dim
-        self.sublayer = sublayer
-        self.norm = norm
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return ``norm(x + sublayer(x))``."""
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"x must have last dim {self.dim}, got shape {tuple(x.shape)}")
+        self._check_width(x)
         return self.norm(x + self.sublayer(x))
 
 
