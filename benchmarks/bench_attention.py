@@ -80,7 +80,9 @@ def main() -> None:
             for name, fn in methods.items():
                 number = 3 if length <= 4096 else 1
                 timer = benchmark.Timer(
-                    stmt="fn(q, k, v)", globals={"fn": fn, "q": q, "k": k, "v": v}
+                    stmt="fn(q, k, v)",
+                    globals={"fn": fn, "q": q, "k": k, "v": v},
+                    num_threads=torch.get_num_threads(),
                 )
                 if length <= 4096:
                     timer.timeit(1)  # warm-up

@@ -120,6 +120,7 @@ def compare_timings(
     *,
     min_run_time: float = 0.2,
     rounds: int = 3,
+    num_threads: int | None = None,
 ) -> dict[str, float]:
     """Median seconds per call of each case, measured side by side in one run.
 
@@ -136,6 +137,9 @@ def compare_timings(
             implementations on the *same* tensors so that the ratios compare like with like.
         min_run_time: seconds of calls per measurement; positive.
         rounds: number of interleaved rounds; at least 1.
+        num_threads: CPU threads torch may use while the cases run; default
+            ``torch.get_num_threads()``, the setting of the caller. (``Timer`` on its own runs
+            with one thread, whatever the process uses.)
 
     Returns:
         name -> median seconds per call, in the order of ``cases``.
@@ -150,8 +154,11 @@ def compare_timings(
     if not min_run_time > 0:
         raise ValueError(f"min_run_time must be > 0, got {min_run_time}")
     rounds = _check_positive_int("rounds", rounds)
+    threads = torch.get_num_threads() if num_threads is None else num_threads
+    threads = _check_positive_int("num_threads", threads)
     timers = {
-        name: tb.Timer("fn()", globals={"fn": fn}, description=name) for name, fn in cases.items()
+        name: tb.Timer("fn()", globals={"fn": fn}, description=name, num_threads=threads)
+        for name, fn in cases.items()
     }
     for timer in timers.values():
         timer.timeit(1)  # warm-up

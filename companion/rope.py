@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import types
 
 import torch
 from torch import Tensor
@@ -351,6 +352,7 @@ def apply_rope(
     layout: str = "half",
     seq_dim: int = -2,
     positions: Tensor | None = None,
+    fused: bool = False,
 ) -> Tensor:
     r"""Rotate each pair of ``x`` by its position's angle: RoPE for queries or keys.
 
@@ -368,6 +370,15 @@ def apply_rope(
     interleaved layout is one complex multiplication, as in
     :func:`apply_rope_complex`.
 
+    Eager PyTorch has no single kernel for the half layout's sum of two products, so its
+    default path reads and writes each element several times (about 2.5-3x the time of
+    ``x.clone()`` on a CPU; the appendix measures it). ``fused=True`` runs the same formula
+    through :func:`torch.compile`, which fuses it into one pass (about 1.4x the copy). The first
+    call compiles (seconds); later calls with any batch size, length or number of heads reuse
+    the kernel, and a new head width, dtype or device compiles once more. It needs what
+    ``torch.compile`` needs (a C++ compiler on the CPU, Triton on CUDA). The interleaved
+    layout is one kernel already (the complex multiplication); ``fused`` does not change it.
+
     Args:
         x: queries or keys, positions along ``seq_dim`` and the head width last.
         cos: :math:`\cos(m\theta_i)` from :func:`rope_cos_sin`: one row per position of ``x``
@@ -380,9 +391,15 @@ def apply_rope(
         positions: optional integer position ids; if given, ``cos`` and ``sin`` are a
             precomputed ``(T, D/2)`` table and the rows ``cos[positions]`` are used
             (positions outside ``[0, T)`` raise ``ValueError``).
+        fused: run the half layout as one compiled kernel (``torch.compile``) instead of
+            eager PyTorch; same values up to float rounding (fused multiply-adds). If compiling
+            fails (no C++ compiler, no Triton), raises ``RuntimeError``: use ``fused=False``.
 
     Returns:
         The rotated tensor, same shape, dtype and device as ``x``.
+
+    Raises:
+        RuntimeError: ``fused=True`` and ``torch.compile`` cannot build the kernel here.
 
     Shape:
         x: ``(B, H, L, D)``, ``(..., L, D)``, or ``(B, L, H, D)`` with ``seq_dim=1``.
@@ -394,6 +411,8 @@ def apply_rope(
     _check_float_tensor("cos", cos)
     _check_float_tensor("sin", sin)
     layout = _check_layout(layout)
+    if not isinstance(fused, bool):
+        raise TypeError(f"fused must be True or False, got {fused!r:.60}")
     _check_even_last_dim("x", x)
     s = _normalise_seq_dim(seq_dim, x.ndim)
     if cos.shape != sin.shape:
@@ -409,6 +428,8 @@ def apply_rope(
     if layout == "interleaved":
         # pairs (x[2i], x[2i+1]) are adjacent: one complex multiply reads x once
         return _multiply_complex(x, torch.complex(cos, sin))
+    if fused:
+        return _apply_fused(x, cos, sin)
     xc = x.to(compute)  # no copy for float32 input
     if torch.is_grad_enabled() and (xc.requires_grad or cos.requires_grad or sin.requires_grad):
         # autograd cannot record out= writes: the same formula with temporaries
@@ -450,6 +471,54 @@ def _rotate_half_layout_into(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, b
     o1.addcmul_(x2, sin, value=-1.0)  # a cos - b sin
     torch.mul(x2, cos, out=o2)  # b cos
     o2.addcmul_(x1, sin)  # b cos + a sin
+
+
+def _rope_half_kernel(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """The half-layout formula as one expression, for ``torch.compile`` to fuse."""
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    a, b = x.to(compute).unflatten(-1, (2, -1)).unbind(-2)  # (..., D/2): pair i = (a[i], b[i])
+    return torch.stack((a * cos - b * sin, b * cos + a * sin), -2).flatten(-2).to(x.dtype)
+
+
+_COMPILED: dict = {}  # (dtype, device type, D, grad mode) -> compiled half-layout kernel
+
+
+def _compiled_kernel(x: Tensor) -> object:
+    """The compiled half-layout kernel for what changes its code (built once per key).
+
+    Each key gets its own copy of the kernel's code object: ``torch.compile`` keeps its cache
+    and its limit on recompilations per code object, so one kernel's variants (strides,
+    broadcast patterns) cannot use up the budget of another dtype or head width.
+    """
+    key = (x.dtype, x.device.type, x.shape[-1], torch.is_grad_enabled())
+    kernel = _COMPILED.get(key)
+    if kernel is None:
+        base = _rope_half_kernel
+        fn = types.FunctionType(base.__code__.replace(), base.__globals__, base.__name__)
+        kernel = _COMPILED[key] = torch.compile(fn, dynamic=False)
+    return kernel
+
+
+def _apply_fused(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Half-layout ``apply_rope`` through the compiled kernel (``cos``/``sin`` broadcastable).
+
+    Every axis but the head width is marked dynamic, so one compiled kernel serves all batch
+    sizes, lengths and head counts; the head width stays static, which lets the compiler
+    vectorise the inner loop. The marks go on fresh views: the caller's tensors are untouched.
+    """
+    kernel = _compiled_kernel(x)
+    views = [t.view(t.shape) for t in (x, cos, sin)]
+    for t in views:
+        torch._dynamo.maybe_mark_dynamic(t, [i for i in range(t.ndim - 1) if t.shape[i] > 1])
+    try:
+        return kernel(*views)
+    except Exception as err:  # the compiler toolchain is missing or failed
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise RuntimeError(
+            f"apply_rope(fused=True) builds its kernel with torch.compile, which failed on "
+            f"{x.device.type} ({type(err).__name__}: {reason[:200]}); use fused=False, which "
+            "computes the same values in eager PyTorch"
+        ) from err
 
 
 def _multiply_complex(x: Tensor, f: Tensor) -> Tensor:

@@ -164,6 +164,20 @@ def test_compare_timings_measures_every_case() -> None:
     assert calls["a"] > 2 and calls["b"] > 2  # warm-up plus at least one call per round
 
 
+@pytest.mark.parametrize("requested", [None, 1, 2])
+def test_compare_timings_runs_cases_with_the_requested_threads(requested) -> None:
+    """torch.utils.benchmark.Timer alone runs with one thread; the caller's setting must hold."""
+    seen: set[int] = set()
+
+    def fn() -> None:
+        seen.add(torch.get_num_threads())
+
+    before = torch.get_num_threads()
+    compare_timings({"a": fn}, min_run_time=0.01, rounds=1, num_threads=requested)
+    assert seen == {before if requested is None else requested}
+    assert torch.get_num_threads() == before  # restored afterwards
+
+
 def test_keep_freed_memory_applies_on_glibc_only() -> None:
     import platform
 
@@ -249,6 +263,16 @@ def _noop() -> None:
             "min_run_time must be > 0, got 0",
         ),
         (lambda: compare_timings({"a": _noop}, rounds=0), ValueError, "rounds must be >= 1"),
+        (
+            lambda: compare_timings({"a": _noop}, num_threads=0),
+            ValueError,
+            "num_threads must be >= 1, got 0",
+        ),
+        (
+            lambda: compare_timings({"a": _noop}, num_threads=1.5),
+            TypeError,
+            "num_threads must be an int",
+        ),
     ],
 )
 def test_validation(call, error: type[Exception], match: str) -> None:

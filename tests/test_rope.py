@@ -406,6 +406,11 @@ BAD = [
         r"positions must be an integer tensor",
     ),
     (lambda: apply_rope(X, COS.long(), SIN), TypeError, r"cos must have a floating-point dtype"),
+    (
+        lambda: apply_rope(X, COS, SIN, fused="yes"),
+        TypeError,
+        r"fused must be True or False, got 'yes'",
+    ),
     (lambda: apply_rope_complex(X, COS), TypeError, r"freqs_cis must be a complex tensor"),
     (lambda: rotate_half(torch.randn(3, 5)), ValueError, r"x.shape\[-1\] must be even, got 5"),
     (
@@ -670,3 +675,114 @@ def test_blocked_half_layout_matches_the_formula(
     x1, x2 = x.chunk(2, dim=-1)
     expected = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
     torch.testing.assert_close(got, expected, atol=1e-14, rtol=0)
+
+
+# ---- fused=True: the half layout compiled by torch.compile ------------------------------------
+
+
+def _rope_inputs(x_shape, table: str, seq_dim: int):
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(x_shape, generator=gen, dtype=torch.float64)
+    length = x_shape[seq_dim]
+    ids = (
+        torch.arange(length)
+        if table == "shared"
+        else torch.randint(0, 300, (2, length), generator=gen)
+    )
+    return x, ids
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("x_shape", "table", "seq_dim"),
+    [
+        ((2, 3, 5, 8), "shared", -2),  # (B, H, L, D), table (L, D/2)
+        ((2, 5, 3, 8), "per_batch", 1),  # (B, L, H, D), table (B, L, D/2)
+    ],
+)
+def test_fused_half_layout_matches_float64_loop_and_eager(
+    x_shape, table, seq_dim, dtype: torch.dtype, device
+) -> None:
+    x, ids = _rope_inputs(x_shape, table, seq_dim)
+    cos, sin = rope_cos_sin(ids, rope_frequencies(8), dtype=torch.float64, device=device)
+    xd = x.to(device, dtype)
+    got = apply_rope(xd, cos, sin, seq_dim=seq_dim, fused=True)
+    assert got.dtype == dtype and got.device.type == device.type and got.shape == x.shape
+    eager = apply_rope(xd, cos, sin, seq_dim=seq_dim)
+    torch.testing.assert_close(got, eager, **TOL[dtype])
+    # the oracle: (B, L, H, D) inputs are moved to (B, H, L, D) for the loop, which wants L at -2
+    xl = xd.double().cpu() if seq_dim == -2 else xd.double().cpu().transpose(1, 2)
+    rows = ids if table == "shared" else None
+    if rows is not None:
+        expected = loop_rope(xl, rows, 10000.0, "half")
+    else:
+        expected = torch.stack([loop_rope(xl[b], ids[b], 10000.0, "half") for b in range(2)])
+    if seq_dim == 1:
+        expected = expected.transpose(1, 2)
+    torch.testing.assert_close(got.cpu().double(), expected, **TOL[dtype])
+
+
+def test_fused_reuses_its_kernel_for_new_lengths_batches_and_heads() -> None:
+    """Only the head width is static: other shapes must not compile again."""
+    theta = rope_frequencies(16)
+    gen = torch.Generator().manual_seed(3)
+
+    def run(b: int, h: int, length: int) -> None:
+        x = torch.randn(b, h, length, 16, generator=gen)
+        cos, sin = rope_cos_sin(torch.arange(length), theta)
+        torch.testing.assert_close(
+            apply_rope(x, cos, sin, fused=True), apply_rope(x, cos, sin), atol=2e-6, rtol=1e-5
+        )
+
+    with torch.no_grad():
+        run(2, 3, 7)  # compiles
+        run(3, 4, 9)  # the first change of sizes may compile once more (sizes become dynamic)
+        with torch.compiler.set_stance("fail_on_recompile"):
+            run(2, 5, 33)
+            run(4, 2, 120)
+
+
+def test_fused_gradients_match_eager() -> None:
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 6, 8, generator=gen, requires_grad=True)
+    cos, sin = rope_cos_sin(torch.arange(6), rope_frequencies(8))
+    weight = torch.randn(2, 3, 6, 8, generator=gen)
+    (apply_rope(x, cos, sin, fused=True) * weight).sum().backward()
+    fused_grad, x.grad = x.grad, None
+    (apply_rope(x, cos, sin) * weight).sum().backward()
+    torch.testing.assert_close(fused_grad, x.grad, atol=1e-6, rtol=1e-6)
+    # the gradient of a rotation is the inverse rotation of the upstream gradient
+    torch.testing.assert_close(fused_grad, apply_rope(weight, cos, -sin), atol=1e-6, rtol=1e-6)
+
+
+def test_fused_does_not_touch_the_callers_tensors() -> None:
+    """Dynamic-shape marks go on fresh views, never on the tensors passed in."""
+    x = torch.randn(1, 2, 5, 8)
+    cos, sin = rope_cos_sin(torch.arange(5), rope_frequencies(8))
+    apply_rope(x, cos, sin, fused=True)
+    for t in (x, cos, sin):
+        assert not hasattr(t, "_dynamo_dynamic_indices")
+
+
+def test_fused_reports_a_compiler_failure_with_the_way_out(monkeypatch) -> None:
+    def broken_compile(fn, **kwargs):
+        def run(*args):
+            raise OSError("no C++ compiler found")
+
+        return run
+
+    monkeypatch.setattr(rope, "_COMPILED", {})
+    monkeypatch.setattr(rope.torch, "compile", broken_compile)
+    x = torch.randn(1, 2, 5, 8)
+    cos, sin = rope_cos_sin(torch.arange(5), rope_frequencies(8))
+    with pytest.raises(
+        RuntimeError,
+        match=r"torch.compile, which failed on cpu \(OSError: no C\+\+ compiler found\); use fused=False",
+    ) as info:
+        apply_rope(x, cos, sin, fused=True)
+    assert isinstance(info.value.__cause__, OSError)
+    # the interleaved layout is one complex multiplication already: fused=True compiles nothing
+    torch.testing.assert_close(
+        apply_rope(x, cos, sin, layout="interleaved", fused=True),
+        apply_rope(x, cos, sin, layout="interleaved"),
+    )
