@@ -10,6 +10,9 @@ Small helpers that the appendix *Performance and precision* and the scripts in
   synchronisation).
 - :func:`tensor_bytes` and :func:`attention_flops`: the bytes an operation must move and the
   floating-point operations it must do, the two floors a kernel's time is compared with.
+- :func:`memory_traffic`: the bytes that the torch operators of an implementation read and
+  write, operator by operator: why one formula of the same arithmetic takes several times
+  another's time.
 - :func:`ulp` and :func:`max_abs_error`: how large a rounding step is at a given magnitude,
   and an error measure that reports NaN and infinity as an infinite error.
 - :func:`rope_table` and :func:`rope_error_by_position`: the RoPE cos/sin tables of three
@@ -31,21 +34,25 @@ import numbers
 import platform
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.utils.benchmark as tb
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
 
 __all__ = [
     "ROPE_RECIPES",
+    "MemoryTraffic",
     "PositionErrors",
     "attention_flops",
     "compare_timings",
     "keep_freed_memory",
     "max_abs_error",
+    "memory_traffic",
     "naive_softmax_attention",
     "one_pass_layer_norm",
     "rope_error_by_position",
@@ -190,6 +197,101 @@ def tensor_bytes(*tensors: Tensor) -> int:
     for i, t in enumerate(tensors):
         total += _check_tensor(f"tensors[{i}]", t).numel() * t.element_size()
     return total
+
+
+@dataclass(frozen=True)
+class MemoryTraffic:
+    """Bytes read and written by each torch operator of a call (from :func:`memory_traffic`).
+
+    Attributes:
+        ops: one ``(operator name, bytes read, bytes written)`` per operator that moved data,
+            in call order.
+    """
+
+    ops: list[tuple[str, int, int]] = field(default_factory=list)
+
+    @property
+    def read(self) -> int:
+        """Bytes read, summed over the operators."""
+        return sum(r for _, r, _ in self.ops)
+
+    @property
+    def written(self) -> int:
+        """Bytes written, summed over the operators."""
+        return sum(w for _, _, w in self.ops)
+
+    @property
+    def total(self) -> int:
+        """Bytes read plus bytes written."""
+        return self.read + self.written
+
+
+_OVERWRITES = {"copy_", "fill_", "zero_", "uniform_", "normal_", "random_", "bernoulli_"}
+
+
+def _distinct_bytes(t: Tensor) -> int:
+    """Bytes of the distinct elements of ``t``: a broadcast (stride 0) axis holds one element."""
+    n = 1
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        n *= size if stride != 0 else 1
+    return n * t.element_size() if t.numel() else 0
+
+
+class _TrafficCounter(TorchDispatchMode):
+    """Adds up, per operator, the distinct bytes of its tensor inputs and outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, int, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.is_view or func.overloadpacket.__name__ in ("empty", "empty_like", "empty_strided"):
+            return out  # a new view of old data, or memory not yet written: no traffic
+        schema = func._schema
+        name = func.overloadpacket.__name__
+        read = written = 0
+        for i, arg in enumerate(schema.arguments):
+            value = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
+            tensors = [t for t in tree_leaves(value) if isinstance(t, Tensor)]
+            if not tensors:
+                continue
+            mutated = arg.alias_info is not None and arg.alias_info.is_write
+            if mutated and (arg.name == "out" or name in _OVERWRITES):
+                continue  # written only: counted with the outputs
+            read += sum(_distinct_bytes(t) for t in tensors)
+        written = sum(_distinct_bytes(t) for t in tree_leaves(out) if isinstance(t, Tensor))
+        if read or written:
+            self.ops.append((name, read, written))
+        return out
+
+
+def memory_traffic(fn: Callable[[], object]) -> MemoryTraffic:
+    """The bytes that each torch operator called by ``fn()`` reads and writes.
+
+    A model of memory traffic, not a measurement: every operator is taken to read each
+    distinct element of its tensor inputs once and to write each element of its outputs once
+    (a broadcast input, such as a cos/sin table shared by all heads, counts its own elements,
+    not the broadcast size; views, and the memory an ``out=`` argument only receives, move
+    nothing). Caches can make the true traffic smaller, and the count cannot see inside one
+    compiled or fused kernel. For an elementwise operation it explains most of the time:
+    ``x.clone()`` moves ``2 * tensor_bytes(x)``, and a formula whose operators move five times
+    ``tensor_bytes(x)`` takes about 2.5 copies. Operators are seen through a
+    :class:`~torch.utils._python_dispatch.TorchDispatchMode` (call ``fn`` eagerly).
+
+    Args:
+        fn: a function with no arguments (its result is discarded).
+
+    Returns:
+        The per-operator counts, with their sums.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    counter = _TrafficCounter()
+    with counter:
+        fn()
+    return MemoryTraffic(counter.ops)
 
 
 def attention_flops(batch: int, heads: int, length: int, source_length: int, head_dim: int) -> int:

@@ -495,7 +495,9 @@ def _compiled_kernel(x: Tensor) -> object:
     if kernel is None:
         base = _rope_half_kernel
         fn = types.FunctionType(base.__code__.replace(), base.__globals__, base.__name__)
-        kernel = _COMPILED[key] = torch.compile(fn, dynamic=False)
+        kernel = _COMPILED[key] = torch.compile(
+            fn, dynamic=False, options={"cpp_cache_precompile_headers": False}
+        )
     return kernel
 
 

@@ -20,6 +20,7 @@ from companion.performance import (
     compare_timings,
     keep_freed_memory,
     max_abs_error,
+    memory_traffic,
     naive_softmax_attention,
     one_pass_layer_norm,
     rope_error_by_position,
@@ -27,7 +28,7 @@ from companion.performance import (
     tensor_bytes,
     ulp,
 )
-from companion.rope import rope_cos_sin, rope_frequencies
+from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
 
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig  # noqa: E402
@@ -255,6 +256,7 @@ def _noop() -> None:
         ),
         (lambda: keep_freed_memory(0), ValueError, "limit_bytes must be >= 1, got 0"),
         (lambda: keep_freed_memory(1.5), TypeError, "limit_bytes must be an int"),
+        (lambda: memory_traffic(3), TypeError, "fn must be callable, got int"),
         (lambda: compare_timings({}), ValueError, "cases must be a non-empty mapping"),
         (lambda: compare_timings({"a": 1}), TypeError, r"cases\['a'\] must be callable"),
         (
@@ -306,3 +308,48 @@ def test_ratio_bars_draws_one_bar_per_ratio_and_validates() -> None:
             ratio_bars(ax, {"a": 0.0})
     finally:
         plt.close(fig)
+
+
+# ---- memory_traffic: counts checked against hand counts ----------------------------------------
+
+
+def test_memory_traffic_of_single_operators() -> None:
+    x = torch.randn(6, 8)
+    row = torch.randn(1, 8)
+    out = torch.empty(6, 8)
+    n, r = x.numel() * 4, row.numel() * 4
+    assert memory_traffic(lambda: x.clone()).ops == [("clone", n, n)]
+    assert memory_traffic(lambda: x * row).ops == [("mul", n + r, n)]  # broadcast row: 8 floats
+    assert memory_traffic(lambda: torch.mul(x, row, out=out)).ops == [("mul", n + r, n)]
+    assert memory_traffic(lambda: out.copy_(x)).ops == [("copy_", n, n)]  # dst is not read
+    y = x.clone()
+    assert memory_traffic(lambda: y.add_(x)).ops == [("add_", 2 * n, n)]  # self is read
+    assert memory_traffic(lambda: torch.cat((x, x))).ops == [("cat", 2 * n, 2 * n)]
+    assert memory_traffic(lambda: row.expand(100, 8) * 2.0).ops == [("mul", r, 100 * r)]
+    # views and fresh buffers move nothing
+    assert memory_traffic(lambda: (x.t(), x.view(48), x[2:], torch.empty_like(x))).ops == []
+    t = memory_traffic(lambda: (x * row).sum())
+    assert (t.read, t.written, t.total) == (n + r + n, n + 4, 2 * n + r + n + 4)
+
+
+def test_memory_traffic_explains_the_rope_formulas() -> None:
+    """Hand counts, in bytes of x, for Hugging Face's formula and the package's two layouts."""
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    B, H, L, D = 1, 4, 16, 8
+    x = torch.randn(B, H, L, D)
+    cos, sin = rope_cos_sin(torch.arange(L), rope_frequencies(D))  # (L, D/2)
+    hf_cos, hf_sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)  # (L, D)
+    xb = tensor_bytes(x)
+    table = tensor_bytes(cos)  # (L, D/2) float32; HF's table is twice that
+    # x*cos (x + 2 table -> x), -x2 (x/2 -> x/2), cat (x -> x), rot*sin (x + 2 table -> x),
+    # add (2x -> x)
+    hf = memory_traffic(lambda: x * hf_cos + rotate_half(x) * hf_sin)
+    assert hf.total == 10 * xb + 4 * table
+    # per half: mul (x/2 + table -> x/2), addcmul_ (x/2 + x/2 + table -> x/2), twice
+    half = memory_traffic(lambda: apply_rope(x, cos, sin))
+    assert [name for name, _, _ in half.ops] == ["mul", "addcmul_", "mul", "addcmul_"]
+    assert half.total == 5 * xb + 4 * table
+    # interleaved: the complex table (2 tables -> 2 tables), one complex multiply
+    inter = memory_traffic(lambda: apply_rope(x, cos, sin, layout="interleaved"))
+    assert inter.total == 2 * xb + 6 * table
