@@ -335,6 +335,8 @@ def _gather_rows(name: str, table: Tensor, positions: Tensor) -> Tensor:
         raise ValueError(
             f"with positions, {name} must be a (T, D/2) table, got shape {tuple(table.shape)}"
         )
+    if torch.compiler.is_compiling():  # values are unknown while tracing: indexing checks them
+        return table[positions.to(table.device)]
     if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= table.shape[0]):
         raise ValueError(
             f"positions must lie in [0, {table.shape[0]}) for a table of {table.shape[0]} rows, "
@@ -378,6 +380,8 @@ def apply_rope(
     the kernel, and a new head width, dtype or device compiles once more. It needs what
     ``torch.compile`` needs (a C++ compiler on the CPU, Triton on CUDA). The interleaved
     layout is one kernel already (the complex multiplication); ``fused`` does not change it.
+    Called inside a function that the caller compiles with ``torch.compile``, both layouts
+    use the plain formula, which that compilation fuses (``fused`` then makes no difference).
 
     Args:
         x: queries or keys, positions along ``seq_dim`` and the head width last.
@@ -425,6 +429,10 @@ def apply_rope(
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
     cos = _broadcast_table("cos", cos.to(x.device, compute), x, s)  # (.., L, 1.., D/2)
     sin = _broadcast_table("sin", sin.to(x.device, compute), x, s)
+    if torch.compiler.is_compiling():
+        # inside the caller's torch.compile: the plain formula, which that compiler fuses
+        kernel = _rope_half_kernel if layout == "half" else _rope_interleaved_kernel
+        return kernel(x, cos, sin)
     if layout == "interleaved":
         # pairs (x[2i], x[2i+1]) are adjacent: one complex multiply reads x once
         return _multiply_complex(x, torch.complex(cos, sin))
@@ -478,6 +486,13 @@ def _rope_half_kernel(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
     a, b = x.to(compute).unflatten(-1, (2, -1)).unbind(-2)  # (..., D/2): pair i = (a[i], b[i])
     return torch.stack((a * cos - b * sin, b * cos + a * sin), -2).flatten(-2).to(x.dtype)
+
+
+def _rope_interleaved_kernel(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """The interleaved-layout formula as one expression (used inside a caller's compile)."""
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    a, b = x.to(compute).unflatten(-1, (-1, 2)).unbind(-1)  # (..., D/2): pair i = (a[i], b[i])
+    return torch.stack((a * cos - b * sin, b * cos + a * sin), -1).flatten(-2).to(x.dtype)
 
 
 _COMPILED: dict = {}  # (dtype, device type, D, grad mode) -> compiled half-layout kernel

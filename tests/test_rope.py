@@ -786,3 +786,24 @@ def test_fused_reports_a_compiler_failure_with_the_way_out(monkeypatch) -> None:
         apply_rope(x, cos, sin, layout="interleaved", fused=True),
         apply_rope(x, cos, sin, layout="interleaved"),
     )
+
+
+@pytest.mark.parametrize(
+    ("layout", "fused", "with_positions"),
+    [("half", False, False), ("half", True, True), ("interleaved", False, True)],
+)
+def test_apply_rope_traces_inside_a_callers_torch_compile(layout, fused, with_positions) -> None:
+    """Learners compile whole models: apply_rope must trace without a graph break."""
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 6, 3, 8, generator=gen)  # (B, L, H, D)
+    table = rope_cos_sin(torch.arange(32), rope_frequencies(8))
+    ids = torch.tensor([[0, 1, 2, 3, 4, 5], [7, 9, 11, 2, 30, 31]])
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        if with_positions:
+            return 2 * apply_rope(x, *table, layout=layout, seq_dim=1, positions=ids, fused=fused)
+        cos, sin = table[0][:6], table[1][:6]
+        return 2 * apply_rope(x, cos, sin, layout=layout, seq_dim=1, fused=fused)
+
+    compiled = torch.compile(block, fullgraph=True)  # raises on any graph break
+    torch.testing.assert_close(compiled(x), block(x), atol=2e-6, rtol=1e-5)
