@@ -761,13 +761,18 @@ class _LiveTensorBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, torch.Tensor)
+        }
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor):
                 continue
             storage = t.untyped_storage()
             address = storage.data_ptr()
-            if address == 0 or address in self._sizes:
-                continue  # empty, a view, or an in-place result: no new memory
+            if address == 0 or address in self._sizes or address in inputs:
+                continue  # empty, a view or an in-place result (of any tensor): no new memory
             self._sizes[address] = storage.nbytes()
             self.live += storage.nbytes()
             self.peak = max(self.peak, self.live)

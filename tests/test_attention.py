@@ -253,6 +253,21 @@ def test_measure_peak_memory_counts_tensors():
     assert measure_peak_memory(two_live, device="cpu") == 8000
 
 
+def test_measure_peak_memory_ignores_views_of_existing_tensors():
+    x = torch.randn(3, 1, 1, 512, 64)  # q, k, v in one storage, made before the measurement
+    assert measure_peak_memory(lambda: (x[0], x[1, ..., 100:200, :], x.view(-1)), device="cpu") == 0
+    assert measure_peak_memory(lambda: x.add_(1.0), device="cpu") == 0  # in place: no new memory
+    # a view of the shared storage must not be charged the whole storage: peaks are the same
+    qa, ka, va = x
+    q, k, v = qa.clone(), ka.clone(), va.clone()
+    shared = measure_peak_memory(lambda: tiled_attention(qa, ka, va, block_size=64), device="cpu")
+    separate = measure_peak_memory(lambda: tiled_attention(q, k, v, block_size=64), device="cpu")
+    assert shared == separate
+    # the tiled peak is the (L, d) output plus a few (block, block) and (block, d) tiles
+    out_bytes = q.numel() * 4
+    assert out_bytes < separate < out_bytes + 8 * 64 * 64 * 4
+
+
 def test_tiled_memory_is_a_small_fraction_of_the_score_matrix():
     q, k, v = qkv(1, 1, 1024, 16)
     score_matrix = 1024 * 1024 * 4
