@@ -434,7 +434,8 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> bool:
                     prop,
                     describe_inputs(inputs),
                     'This is the known mistake "angles computed in float32": pos * w_i in '
-                    "float32 is off by up to pos * 6e-8 radians (0.06 at pos = 1e6); form "
+                    "float32 is off by up to about pos * 6e-8 radians (hundredths of a radian near "
+                    "pos = 1e6); form "
                     "positions and frequencies in float64, take sin/cos, then cast.",
                     expected=_short(reference),
                     got=_short(got),
@@ -1699,8 +1700,9 @@ def check_rope_cos_sin(rope_cos_sin: Callable[..., tuple[torch.Tensor, torch.Ten
     r"""Check a learner's float32 ``rope_cos_sin(positions, head_dim, base) -> (cos, sin)``.
 
     Properties checked: ``cos`` and ``sin`` of :math:`m\theta_i`, shape ``(L, D/2)``, float32,
-    accurate to float32 rounding (``3e-7``) at positions up to :math:`2^{20}`. Named mistakes:
-    angles computed in float32 (off by up to 0.06 radians there), frequencies ``base^(-i/D)``.
+    within ``3e-7`` of the float64-angle table (a few float32 rounding steps of values near 1)
+    at positions up to :math:`2^{20}`. Named mistakes: angles computed in float32 (off by up to
+    about ``5e-3`` radians at the positions checked), frequencies ``base^(-i/D)``.
 
     Args:
         rope_cos_sin: a function ``(positions, head_dim, base) -> (cos, sin)``.
@@ -1748,7 +1750,7 @@ def check_rope_cos_sin(rope_cos_sin: Callable[..., tuple[torch.Tensor, torch.Ten
                     Mistake(
                         "angles computed in float32",
                         "m * theta in float32 keeps about 7 significant digits, so at m near "
-                        "2^20 the angle is off by up to 0.06 radians; form the angles in "
+                        "2^20 the angle is off by up to a few hundredths of a radian; form the angles in "
                         "float64, take cos and sin, then cast to float32.",
                         (torch.cos(ang32), torch.sin(ang32))[index],
                     ),

@@ -153,7 +153,8 @@ def rope_cos_sin(
 
     The angles :math:`m\theta_i` are formed in float64 and only cos and sin are cast to
     ``dtype``: every entry is within the rounding of ``dtype`` of the exact value, also at
-    positions near :math:`2^{20}`, where a float32 angle is off by up to 0.06 radians.
+    positions near :math:`2^{20}`, where a float32 angle is off by up to a few hundredths of a
+    radian (half a float32 step of the angle).
 
     Args:
         positions: position ids ``m``, integer or real.
