@@ -300,9 +300,10 @@ def rms_norm(
       one (initialised to zero), as Hugging Face ``GemmaRMSNorm``.
 
     The default ``eps=1e-6`` is Hugging Face ``LlamaConfig.rms_norm_eps`` and LLaMA-1's
-    value; Llama 2 and 3 checkpoints use ``1e-5``; :class:`torch.nn.RMSNorm` defaults to
-    ``torch.finfo(torch.float32).eps`` (about ``1.19e-7``). Pass ``eps`` explicitly when
-    matching a model.
+    value; Llama 2 and 3 checkpoints use ``1e-5``; :class:`torch.nn.RMSNorm` defaults to the
+    machine epsilon of the type it computes in: ``torch.finfo(torch.float32).eps`` (about
+    ``1.19e-7``) for float32, float16 and bfloat16 inputs, float64's for float64. Pass ``eps``
+    explicitly when matching a model.
 
     Args:
         x: input, float dtype.
