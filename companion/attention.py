@@ -399,11 +399,13 @@ def attention_weights(
     ``scale`` defaults to :math:`1/\sqrt{D}`; a boolean ``mask`` is ``True`` where a query may
     attend, a float ``mask`` is added to the scores; ``is_causal`` applies the top-left causal
     mask of :func:`causal_mask`. Giving both ``mask`` and ``is_causal=True`` is an error, as
-    torch documents (torch 2.13 raises on some backends and silently combines them on others).
+    torch documents (torch 2.13 raises for 3-D inputs and silently combines the two masks for
+    4-D inputs; the chapter shows both).
 
     Deliberate difference: a row whose keys are all masked gets weights that are all zero (so
-    its output is zero) instead of the NaN of a plain softmax. torch's fused CPU kernels also
-    return zeros there; :class:`torch.nn.MultiheadAttention` returns NaN.
+    its output is zero) instead of the NaN of a plain softmax. torch's
+    ``scaled_dot_product_attention`` also returns zeros there on the CPU (fused and math
+    paths alike, torch 2.13); :class:`torch.nn.MultiheadAttention` returns NaN.
 
     Half-precision inputs are scored and normalised in float32; the result has the input's dtype.
 
@@ -748,16 +750,25 @@ class MultiHeadAttention(nn.Module):
 
 
 class _LiveTensorBytes(TorchDispatchMode):
-    """Counts the bytes of the tensors that operators create while active, as they live and die."""
+    """Counts the bytes of the tensors that operators create while active, as they live and die.
+
+    A storage is counted once, when an operator first returns it, and released when the last
+    tensor seen on it (the first result or any later view or in-place result) is garbage
+    collected. Storages of tensors made before the mode started are never counted.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.live = 0
         self.peak = 0
         self._sizes: dict[int, int] = {}  # storage address -> bytes
+        self._refs: dict[int, int] = {}  # storage address -> tensors seen on it still alive
 
     def _release(self, address: int) -> None:
-        self.live -= self._sizes.pop(address, 0)
+        self._refs[address] -= 1
+        if self._refs[address] == 0:
+            del self._refs[address]
+            self.live -= self._sizes.pop(address)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -771,11 +782,14 @@ class _LiveTensorBytes(TorchDispatchMode):
                 continue
             storage = t.untyped_storage()
             address = storage.data_ptr()
-            if address == 0 or address in self._sizes or address in inputs:
-                continue  # empty, a view or an in-place result (of any tensor): no new memory
-            self._sizes[address] = storage.nbytes()
-            self.live += storage.nbytes()
-            self.peak = max(self.peak, self.live)
+            if address == 0 or (address in inputs and address not in self._sizes):
+                continue  # empty, or a view/in-place result of a tensor made before the mode
+            if address not in self._sizes:  # new memory
+                self._sizes[address] = storage.nbytes()
+                self._refs[address] = 0
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+            self._refs[address] += 1  # one more tensor keeps this storage alive
             weakref.finalize(t, self._release, address)
         return out
 

@@ -101,8 +101,7 @@ def keep_freed_memory(limit_bytes: int = 2**30) -> bool:
     large blocks with fresh ``mmap`` pages and returns freed memory to the operating system, so
     the next tensor of that size costs a page fault per 4 KiB page on first touch; whether that
     happens depends on the allocation history, and it can dominate the time of a memory-bound
-    operation (on the book's machine, cloning two 2 MiB tensors took 2.7 ms with the faults and
-    0.1 ms without). Raising ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` makes freed blocks stay in
+    operation. Raising ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` makes freed blocks stay in
     the process and be reused, as torch's caching allocator does on a GPU, so that a timing
     measures the kernel. The setting is process-wide and lasts until the process ends; the
     price is that the process keeps up to ``limit_bytes`` of freed memory.

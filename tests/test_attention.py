@@ -268,6 +268,20 @@ def test_measure_peak_memory_ignores_views_of_existing_tensors():
     assert out_bytes < separate < out_bytes + 8 * 64 * 64 * 4
 
 
+def test_measure_peak_memory_keeps_a_storage_while_a_view_of_it_lives():
+    """4-D matmul returns a view (_unsafe_view) of a bmm result that dies at once: the storage
+    must stay counted as long as the returned view holds it."""
+    a, b = torch.randn(1, 2, 64, 32), torch.randn(1, 2, 64, 32)
+    kept = []
+
+    def scores_then_more() -> None:
+        kept.append(a @ b.transpose(-2, -1))  # (1, 2, 64, 64): 32 KiB, alive to the end
+        kept.append(torch.empty(1000).fill_(0.0))  # 4000 bytes more while the scores live
+
+    peak = measure_peak_memory(scores_then_more, device="cpu")
+    assert peak >= 2 * 64 * 64 * 4 + 4000
+
+
 def test_tiled_memory_is_a_small_fraction_of_the_score_matrix():
     q, k, v = qkv(1, 1, 1024, 16)
     score_matrix = 1024 * 1024 * 4
