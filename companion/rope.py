@@ -430,8 +430,9 @@ def apply_rope(
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
     cos = _broadcast_table("cos", cos.to(x.device, compute), x, s)  # (.., L, 1.., D/2)
     sin = _broadcast_table("sin", sin.to(x.device, compute), x, s)
-    if torch.compiler.is_compiling():
-        # inside the caller's torch.compile: the plain formula, which that compiler fuses
+    if torch.compiler.is_compiling() or _functorch_wrapped(x, cos, sin):
+        # inside the caller's torch.compile (which fuses it) or a torch.func transform (vmap,
+        # grad: no out= writes, no complex views there): the plain formula
         kernel = _rope_half_kernel if layout == "half" else _rope_interleaved_kernel
         return kernel(x, cos, sin)
     if layout == "interleaved":
@@ -480,6 +481,12 @@ def _rotate_half_layout_into(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, b
     o1.addcmul_(x2, sin, value=-1.0)  # a cos - b sin
     torch.mul(x2, cos, out=o2)  # b cos
     o2.addcmul_(x1, sin)  # b cos + a sin
+
+
+def _functorch_wrapped(*tensors: Tensor) -> bool:
+    """Whether any tensor is seen through a :mod:`torch.func` transform (vmap, grad, ...)."""
+    is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return is_wrapped is not None and any(is_wrapped(t) for t in tensors)
 
 
 def _rope_half_kernel(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

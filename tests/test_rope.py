@@ -824,3 +824,21 @@ def test_apply_rope_traces_inside_a_callers_torch_compile(layout, fused, with_po
 
     compiled = torch.compile(block, fullgraph=True)  # raises on any graph break
     torch.testing.assert_close(compiled(x), block(x), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_apply_rope_under_torch_func_vmap_and_grad(layout: str) -> None:
+    """Per-sample tricks (vmap, torch.func.grad) must see the same rotation."""
+    gen = torch.Generator().manual_seed(13)
+    x = torch.randn(5, 3, 7, 8, generator=gen)  # (samples, H, L, D)
+    cos, sin = rope_cos_sin(torch.arange(7), rope_frequencies(8))
+    with torch.no_grad():  # the no-grad path writes with out=, which vmap cannot batch
+        mapped = torch.vmap(lambda t: apply_rope(t, cos, sin, layout=layout))(x)
+    torch.testing.assert_close(mapped, apply_rope(x, cos, sin, layout=layout))
+    weight = torch.randn(3, 7, 8, generator=gen)
+    per_sample = torch.vmap(
+        torch.func.grad(lambda t: (apply_rope(t, cos, sin, layout=layout) * weight).sum())
+    )(x)
+    # the gradient of a rotation is the inverse rotation of the upstream gradient
+    expected = apply_rope(weight.expand_as(x), cos, -sin, layout=layout)
+    torch.testing.assert_close(per_sample, expected, atol=1e-6, rtol=1e-6)
