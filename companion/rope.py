@@ -433,18 +433,15 @@ def apply_rope(
     if torch.compiler.is_compiling() or _functorch_wrapped(x, cos, sin):
         # inside the caller's torch.compile (which fuses it) or a torch.func transform (vmap,
         # grad: no out= writes, no complex views there): the plain formula
-        kernel = _rope_half_kernel if layout == "half" else _rope_interleaved_kernel
-        return kernel(x, cos, sin)
+        return _rope_formula(x, cos, sin, layout)
     if layout == "interleaved":
         # pairs (x[2i], x[2i+1]) are adjacent: one complex multiply reads x once
         return _multiply_complex(x, torch.complex(cos, sin))
     if fused:
         return _apply_fused(x, cos, sin)
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        return _rope_formula(x, cos, sin)  # autograd cannot record out= writes
     xc = x.to(compute)  # no copy for float32 input
-    if torch.is_grad_enabled() and (xc.requires_grad or cos.requires_grad or sin.requires_grad):
-        # autograd cannot record out= writes: the same formula with temporaries
-        x1, x2 = xc.chunk(2, dim=-1)  # (..., D/2): pair i = (x1[i], x2[i])
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
     out = torch.empty(x.shape, dtype=compute, device=x.device)
     block = _BLOCK if x.device.type == "cpu" else x.numel()  # GPUs: one launch per kernel
     _rotate_half_layout_into(out, xc, cos, sin, block)
@@ -489,18 +486,13 @@ def _functorch_wrapped(*tensors: Tensor) -> bool:
     return is_wrapped is not None and any(is_wrapped(t) for t in tensors)
 
 
-def _rope_half_kernel(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """The half-layout formula as one expression, for ``torch.compile`` to fuse."""
+def _rope_formula(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
+    """RoPE as one expression with temporaries: what autograd, ``torch.func`` transforms and
+    ``torch.compile`` (which fuses it into one loop) see. Math in float32 or float64."""
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-    a, b = x.to(compute).unflatten(-1, (2, -1)).unbind(-2)  # (..., D/2): pair i = (a[i], b[i])
-    return torch.stack((a * cos - b * sin, b * cos + a * sin), -2).flatten(-2).to(x.dtype)
-
-
-def _rope_interleaved_kernel(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """The interleaved-layout formula as one expression (used inside a caller's compile)."""
-    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-    a, b = x.to(compute).unflatten(-1, (-1, 2)).unbind(-1)  # (..., D/2): pair i = (a[i], b[i])
-    return torch.stack((a * cos - b * sin, b * cos + a * sin), -1).flatten(-2).to(x.dtype)
+    pair_dim, split = (-2, (2, -1)) if layout == "half" else (-1, (-1, 2))
+    a, b = x.to(compute).unflatten(-1, split).unbind(pair_dim)  # (..., D/2): pair i = (a[i], b[i])
+    return torch.stack((a * cos - b * sin, b * cos + a * sin), pair_dim).flatten(-2).to(x.dtype)
 
 
 _COMPILED: dict = {}  # (dtype, device type, D, grad mode) -> compiled half-layout kernel
@@ -516,8 +508,10 @@ def _compiled_kernel(x: Tensor) -> object:
     key = (x.dtype, x.device.type, x.shape[-1], torch.is_grad_enabled())
     kernel = _COMPILED.get(key)
     if kernel is None:
-        base = _rope_half_kernel
-        fn = types.FunctionType(base.__code__.replace(), base.__globals__, base.__name__)
+        base = _rope_formula  # layout defaults to "half"
+        fn = types.FunctionType(
+            base.__code__.replace(), base.__globals__, base.__name__, base.__defaults__
+        )
         kernel = _COMPILED[key] = torch.compile(
             fn, dynamic=False, options={"cpp_cache_precompile_headers": False}
         )
