@@ -119,14 +119,12 @@ def test_check_softmax_names_normalising_by_the_sum_of_x() -> None:
     assert info.value.mistake == "normalised by the sum of x instead of the sum of exp(x)"
 
 
-def test_check_softmax_reports_a_crash_readably() -> None:
-    def crashing(x: torch.Tensor, dim: int) -> torch.Tensor:
+def test_check_softmax_reports_a_stub_as_not_attempted(capsys) -> None:
+    def stub(x: torch.Tensor, dim: int) -> torch.Tensor:
         raise NotImplementedError
 
-    with pytest.raises(
-        CheckError, match=r"(?s)'runs without error' failed.*raised NotImplementedError"
-    ):
-        checks.check_softmax(crashing)
+    assert checks.check_softmax(stub) is False
+    assert "check_softmax: not attempted yet" in capsys.readouterr().out
 
 
 def test_check_softmax_rejects_a_non_function() -> None:
