@@ -20,12 +20,13 @@ CACHE_INPUTS = $(sort $(wildcard companion/*.py)) requirements.txt
 CACHE_KEY    := _build/.companion-key
 NOTEBOOKS     = $(sort $(wildcard book/*.ipynb))
 
-.PHONY: help venv book book-strict test lint strip-check unit notebooks browser bench clean
+.PHONY: help venv book book-strict test lint strip-check unit notebooks browser bench clean lab
 
 help:
 	@echo "make book   - set up .venv and build the HTML book (every chapter executed)"
 	@echo "make test   - set up .venv and run every check"
 	@echo "make bench  - run the benchmarks in benchmarks/ (writes benchmarks/results/)"
+	@echo "make lab    - set up .venv and open JupyterLab on the chapters"
 	@echo "make clean  - remove _build (keeps .venv)"
 
 # --- set-up ---------------------------------------------------------------------------------
@@ -36,6 +37,10 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# Learners: the same environment, then JupyterLab on the chapters (book/00_environment first).
+lab: venv
+	$(BIN)/jupyter lab book/
 
 # Chapter outputs depend on companion/ as well as on their own cells, but neither jupyter-cache
 # (it hashes a notebook's code cells) nor Sphinx (it re-reads a page only when its source

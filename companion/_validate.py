@@ -142,7 +142,7 @@ def flag(name: str, value: object) -> bool:
     """A real ``bool`` (``True``/``False``, NumPy's ``bool_`` too); not 0/1, not a string."""
     if isinstance(value, bool):
         return value
-    if type(value).__name__ == "bool_" and type(value).__module__ == "numpy":
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
         return bool(value)
     raise _fail(TypeError, name, "a bool", value)
 
@@ -352,3 +352,56 @@ def module(name: str, value: object, cls: type | tuple[type, ...] = torch.nn.Mod
     """An ``nn.Module`` (or a given subclass)."""
     names = cls.__name__ if isinstance(cls, type) else " or ".join(c.__name__ for c in cls)
     return instance(name, value, cls, f"a {names}")
+
+
+def shape(name: str, value: Tensor, expected: Sequence[int], what: str = "") -> None:
+    """``value.shape == expected``; ``what`` names the expected shape (e.g. "(D,)")."""
+    if tuple(value.shape) != tuple(expected):
+        label = f" {what}" if what else ""
+        raise ValueError(
+            f"{name} must have shape{label} {tuple(expected)}, got shape {tuple(value.shape)}"
+        )
+
+
+def tensor_like(name: str, value: object, ref_name: str, ref: Tensor, **kwargs: Any) -> Tensor:
+    """A tensor as :func:`tensor` checks it (``kwargs``), with ``ref``'s dtype and device."""
+    value = tensor(name, value, **kwargs)
+    same_dtype(name, value, ref_name, ref)
+    same_device(name, value, ref_name, ref)
+    return value
+
+
+# ---- attention inputs --------------------------------------------------------------------------
+
+
+def attention_inputs(
+    query: object, key: object, value: object = None, *, positive_width: bool = True
+) -> tuple[int, ...]:
+    """``query (..., L, D)``, ``key (..., S, D)`` and, unless ``None``, ``value (..., S, Dv)``:
+    floating tensors of one dtype on one device, whose leading dimensions broadcast; ``D > 0``
+    if ``positive_width`` (the default scale is ``1/sqrt(D)``). Returns the broadcast leading
+    (batch, head) shape."""
+    query = tensor("query", query, min_ndim=2, meaning="(..., L, D)")
+    key = tensor_like("key", key, "query", query, min_ndim=2, meaning="(..., S, D)")
+    same_size("query", query, -1, "key", key, -1, "feature width D")
+    if positive_width and query.shape[-1] == 0:
+        raise ValueError(
+            f"query must have a positive feature width D, got shape {tuple(query.shape)}"
+        )
+    shapes = [query.shape[:-2], key.shape[:-2]]
+    if value is not None:
+        value = tensor_like("value", value, "query", query, min_ndim=2, meaning="(..., S, Dv)")
+        same_size("key", key, -2, "value", value, -2, "length S")
+        shapes.append(value.shape[:-2])
+    names = "query, key and value" if value is not None else "query and key"
+    return broadcastable(names, shapes, "their leading (batch, head) dimensions")
+
+
+def mask(name: str, value: object, shape: Sequence[int], ref_name: str, ref: Tensor) -> Tensor:
+    """An attention mask: a bool (``True`` = may attend) or floating (added) tensor on
+    ``ref``'s device that broadcasts to the scores' ``shape``. Integer masks are refused:
+    neither reading (keep or add) is safe to guess."""
+    value = tensor(name, value, dtype=("bool", "floating"))
+    same_device(name, value, ref_name, ref)
+    broadcasts_to(name, value, shape, "the scores' shape (..., L, S)")
+    return value

@@ -166,10 +166,150 @@ def test_solution_blocks_are_dropdowns() -> None:
 
 
 def test_every_module_has_a_test_file() -> None:
+    """companion/topic.py <-> tests/test_topic.py; a private module _x.py <-> test_x.py."""
     modules = sorted((ROOT / "companion").glob("*.py"))
     missing = [
         m.name
         for m in modules
-        if m.stem != "__init__" and not (ROOT / "tests" / f"test_{m.stem}.py").exists()
+        if m.stem != "__init__" and not (ROOT / "tests" / f"test_{m.stem.lstrip('_')}.py").exists()
     ]
     assert not missing, f"companion modules without tests/test_<module>.py: {missing}"
+
+
+# ---- Learners in plain Jupyter -------------------------------------------------------------
+# nbmake executes every cell in order; with no cell carrying a tag that changes execution, that
+# is exactly what "Run All" does in JupyterLab or Notebook 7. So the notebooks stage of
+# `make test` is the plain-Jupyter run, and these tests keep it so.
+
+EXECUTION_TAGS = {"skip-execution", "raises-exception", "skip", "remove_cell_execution"}
+
+
+def solution_cells(nb: dict) -> list[tuple[int, dict]]:
+    """Every cell from a solution-start marker to its solution-end marker, both included."""
+    out, inside = [], False
+    for i, cell in enumerate(nb["cells"]):
+        text = source(cell)
+        starts = cell["cell_type"] == "markdown" and "{solution-start}" in text
+        if starts or inside:
+            out.append((i, cell))
+        inside = (inside or starts) and not (
+            cell["cell_type"] == "markdown" and "{solution-end}" in text
+        )
+    return out
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
+def test_no_cell_changes_how_it_executes(nb_path: Path) -> None:
+    tagged = [
+        (i, sorted(EXECUTION_TAGS & set(c.get("metadata", {}).get("tags", []))))
+        for i, c in enumerate(load(nb_path)["cells"])
+        if EXECUTION_TAGS & set(c.get("metadata", {}).get("tags", []))
+    ]
+    assert not tagged, (
+        f"{nb_path.name}: cells {tagged} carry tags that nbmake or the build honour and "
+        "Jupyter ignores: Run All would then differ from what the tests execute"
+    )
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
+def test_solutions_are_folded_in_jupyter(nb_path: Path) -> None:
+    nb = load(nb_path)
+    unfolded = [
+        i
+        for i, c in solution_cells(nb)
+        if not c.get("metadata", {}).get("jupyter", {}).get("source_hidden")
+    ]
+    assert not unfolded, (
+        f"{nb_path.name}: solution cells {unfolded} are not collapsed "
+        "(metadata.jupyter.source_hidden: true)"
+    )
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "markdown" and "{solution-start}" in source(cell):
+            before = nb["cells"][i - 1]
+            assert "remove-cell" in before.get("metadata", {}).get(
+                "tags", []
+            ) and "Solution" in source(before), (
+                f"{nb_path.name}: cell {i - 1} must be a readable 'Solution (folded)' line for "
+                "Jupyter users, tagged remove-cell (the web book shows a dropdown instead)"
+            )
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
+def test_exercise_stubs_run_their_checker_without_stopping(nb_path: Path) -> None:
+    """A stub raises NotImplementedError inside the function and calls its checker, which
+    reports "not attempted yet" instead of raising; its output is hidden in the web book."""
+    folded = {i for i, _ in solution_cells(load(nb_path))}
+    for i, cell in enumerate(load(nb_path)["cells"]):
+        text = source(cell)
+        if cell["cell_type"] != "code" or "NotImplementedError" not in text or i in folded:
+            continue
+        assert re.search(r"\bcheck\w*\(", text), f"{nb_path.name}: stub {i} calls no checker"
+        assert "remove-output" in cell.get("metadata", {}).get("tags", []), (
+            f"{nb_path.name}: stub {i} must be tagged remove-output"
+        )
+
+
+# Import name -> distribution name, where they differ.
+DISTRIBUTION = {"PIL": "pillow", "yaml": "pyyaml", "sklearn": "scikit-learn"}
+
+
+def chapter_imports() -> dict[str, set[str]]:
+    """Top-level modules imported by the chapters' code cells -> the chapters importing them."""
+    import ast
+
+    found: dict[str, set[str]] = {}
+    for nb_path in NOTEBOOKS:
+        for cell in code_cells(load(nb_path)):
+            code = "\n".join(
+                line
+                for line in source(cell).splitlines()
+                if not line.lstrip().startswith(("%", "!"))
+            )
+            for node in ast.walk(ast.parse(code)):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                for name in names:
+                    found.setdefault(name.split(".")[0], set()).add(nb_path.name)
+    return found
+
+
+def test_every_module_a_chapter_imports_is_declared() -> None:
+    """One install (`pip install -e ".[book]"`) brings everything a chapter imports."""
+    import sys
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = list(project["dependencies"])
+    for extra in project.get("optional-dependencies", {}).values():
+        declared += extra
+    names = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower().replace("_", "-") for d in declared}
+    local = {"companion", "IPython"}  # the package itself; IPython comes with Jupyter
+    missing = {
+        module: sorted(chapters)
+        for module, chapters in chapter_imports().items()
+        if module not in sys.stdlib_module_names
+        and module not in local
+        and DISTRIBUTION.get(module, module).lower().replace("_", "-") not in names
+    }
+    assert not missing, f"imported by chapters but not declared in pyproject.toml: {missing}"
+    assert "book" in project.get("optional-dependencies", {}), "the [book] extra is missing"
+
+
+def test_book_extra_is_what_the_environment_report_checks() -> None:
+    """Chapter 0's environment report checks every module the chapters import."""
+    import sys
+
+    from companion import environment
+
+    checked = {p.name.lower() for p in environment.environment_report().packages}
+    unchecked = [
+        m
+        for m in chapter_imports()
+        if m not in sys.stdlib_module_names
+        and m not in {"companion", "IPython"}
+        and DISTRIBUTION.get(m, m).lower() not in checked
+    ]
+    assert not unchecked, f"environment_report does not check {unchecked}"
