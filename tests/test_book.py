@@ -244,9 +244,10 @@ def test_exercise_stubs_run_their_checker_without_stopping(nb_path: Path) -> Non
         if cell["cell_type"] != "code" or "NotImplementedError" not in text or i in folded:
             continue
         assert re.search(r"\bcheck\w*\(", text), f"{nb_path.name}: stub {i} calls no checker"
-        assert "remove-output" in cell.get("metadata", {}).get("tags", []), (
-            f"{nb_path.name}: stub {i} must be tagged remove-output"
-        )
+        # chapter 0 shows its stub's "not attempted yet" on purpose: it explains the pattern
+        assert nb_path.name.startswith("00_") or "remove-output" in cell.get("metadata", {}).get(
+            "tags", []
+        ), f"{nb_path.name}: stub {i} must be tagged remove-output"
 
 
 # Import name -> distribution name, where they differ.
