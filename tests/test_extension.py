@@ -605,16 +605,20 @@ def test_check_ntk_base_accepts_and_names_mistakes() -> None:
 
 
 def test_check_yarn_ramp_accepts_and_names_mistakes() -> None:
-    assert checks.check_yarn_ramp(yarn_ramp)
+    assert checks.check_yarn_ramp(
+        lambda d, b, n0, fast, slow: yarn_ramp(
+            d, base=b, original_max_position_embeddings=n0, beta_fast=fast, beta_slow=slow
+        )
+    )
 
-    def reversed_ramp(head_dim, *, base, original_max_position_embeddings, beta_fast, beta_slow):
+    def reversed_ramp(head_dim, base, original_max_position_embeddings, beta_fast, beta_slow):
         r = yarn_ramp(
             head_dim, base=base, original_max_position_embeddings=original_max_position_embeddings,
             beta_fast=beta_fast, beta_slow=beta_slow,
         )  # fmt: skip
         return 1 - r
 
-    def untruncated(head_dim, *, base, original_max_position_embeddings, beta_fast, beta_slow):
+    def untruncated(head_dim, base, original_max_position_embeddings, beta_fast, beta_slow):
         return yarn_ramp(
             head_dim, base=base, original_max_position_embeddings=original_max_position_embeddings,
             beta_fast=beta_fast, beta_slow=beta_slow, truncate=False,
@@ -627,11 +631,15 @@ def test_check_yarn_ramp_accepts_and_names_mistakes() -> None:
 
 
 def test_check_llama3_accepts_and_names_mistakes() -> None:
-    assert checks.check_llama3_frequencies(llama3_frequencies)
+    assert checks.check_llama3_frequencies(
+        lambda d, b, s, lo, hi, n0: llama3_frequencies(
+            d, base=b, factor=s, low_freq_factor=lo, high_freq_factor=hi,
+            original_max_position_embeddings=n0,
+        )  # fmt: skip
+    )
 
     def bands_swapped(
         head_dim,
-        *,
         base,
         factor,
         low_freq_factor,
@@ -648,7 +656,6 @@ def test_check_llama3_accepts_and_names_mistakes() -> None:
 
     def all_divided(
         head_dim,
-        *,
         base,
         factor,
         low_freq_factor,
@@ -659,7 +666,6 @@ def test_check_llama3_accepts_and_names_mistakes() -> None:
 
     def blend_reversed(
         head_dim,
-        *,
         base,
         factor,
         low_freq_factor,

@@ -465,12 +465,12 @@ def test_check_batch_norm_accepts_package():
 )
 def test_check_batch_norm_names_mistakes(kwargs, name):
     with pytest.raises(checks.CheckError, match=name):
-        checks.check_batch_norm(lambda **a: _bn(**a, **kwargs))
+        checks.check_batch_norm(lambda *a: _bn(*a, **kwargs))
 
 
 def test_check_batch_norm_wants_a_tuple():
     with pytest.raises(checks.CheckError, match="returns"):
-        checks.check_batch_norm(lambda x, **a: x)
+        checks.check_batch_norm(lambda x, *a: x)
 
 
 def test_check_variance_both_ways():

@@ -415,7 +415,7 @@ def test_check_sinusoidal_encoding_names_the_float32_recipe() -> None:
 
 def test_check_sinusoidal_encoding_reports_crash_and_shape() -> None:
     def crashes(num_positions: int, dim: int) -> torch.Tensor:
-        raise NotImplementedError
+        raise RuntimeError("boom")
 
     with pytest.raises(checks.CheckError, match="runs without error"):
         checks.check_sinusoidal_encoding(crashes)

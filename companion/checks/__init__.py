@@ -1,0 +1,155 @@
+r"""Checkers for the book's exercises, one module per chapter on one shared core.
+
+A checker runs a learner's function on a handful of cases and compares the result with
+the package's reference::
+
+    >>> from companion import checks
+    >>> checks.check_softmax(my_softmax)
+    True
+
+* ``True``: every case passed (a solution cell can end with the call);
+* ``False``, after printing ``check_softmax: not attempted yet ...``: the function is
+  still the exercise's stub (``raise NotImplementedError``, or ``pass``), so Run All goes
+  on;
+* :class:`CheckError`: a case failed. The message says *which property* failed, *on what
+  input*, what was expected and what came (with enough digits to differ, and the relative
+  error), and names the known mistake the answer matches::
+
+    CheckError: check_softmax: 'normalizes along dim, not another axis' failed on
+    x=(3, 4) float32, dim=0
+      expected: [...]
+      got:      [...]
+      This is the known mistake "softmax over the wrong axis": ...
+
+The learner's function is called with **positional** arguments in the order the exercise
+states, on copies of the inputs; its answer may be a tensor, a NumPy array, a nested list
+or (where a number is asked) a Python number.
+
+==================  ==============================  ========================================
+module              chapter                         checkers
+==================  ==============================  ========================================
+``environment``     00 Setting up                   :func:`check_softmax`
+``positional``      01 Sinusoidal encoding          :func:`check_sinusoidal_encoding`, ...
+``rope``            02 RoPE                         :func:`check_apply_rope`, ...
+``extension``       03 Context extension            :func:`check_alibi_slopes`, ...
+``attention``       04 Attention                    :func:`check_attention`, ...
+``norm``            05 Normalization                :func:`check_layer_norm`, ...
+``model``           06 A tiny Transformer           :func:`check_lag_targets`, ...
+==================  ==============================  ========================================
+
+Writing a checker for a new chapter (say ``decoder.py`` for chapter 08):
+
+1. Create ``companion/checks/decoder.py``; import the chapter's module at the top
+   (``from companion import decoder``) and the core
+   (``from companion.checks._core import Case, Mistake, checker``).
+2. Write the checker as a generator decorated with :func:`checker`. Its positional
+   parameters are the learner's functions (validated as callables); for each case, build
+   small seeded inputs in the order the exercise states, the reference answer, and the
+   outputs of the known wrong variants, and ``yield Case(prop, inputs, expected,
+   mistakes)``::
+
+       @checker
+       def check_kv_cache(step: Callable[..., Tensor]) -> Iterator[Case]:
+           '''Check ``step(query, cache)`` ... Named mistakes: "cache not appended".'''
+           for length in (1, 5):
+               inputs = {"query": ..., "cache": ...}
+               yield Case("attends to every cached key", inputs, reference,
+                          [Mistake("cache not appended", "append the new key ...", wrong)])
+
+   Tolerances, an exact dtype (``check_dtype``), an integer dtype (``integer``), a tuple
+   answer (``parts=("y", "cache")``, mistakes with ``None`` for the parts they leave
+   right) and a mistake recognized by the size of its error (``Mistake(..., atol=...)``)
+   are options of :class:`Case` and :class:`Mistake`.
+3. Add the module's checkers to the imports and ``__all__`` below, and test them in
+   ``tests/checks/test_checks_decoder.py`` both ways: correct answers written in several
+   styles pass, and each named mistake is named.
+"""
+
+from companion.checks._core import (
+    Case,
+    CheckError,
+    Mistake,
+    checker,
+    describe_inputs,
+    expect_close,
+)
+from companion.checks.attention import (
+    _tiled_without_rescale,  # noqa: F401  (a known wrong answer, used by tests)
+    check_attention,
+    check_causal_mask,
+    check_masked_attention,
+    check_split_heads,
+    check_tiled_attention,
+)
+from companion.checks.environment import check_softmax
+from companion.checks.extension import (
+    check_alibi_slopes,
+    check_llama3_frequencies,
+    check_ntk_aware_base,
+    check_yarn_ramp,
+)
+from companion.checks.model import (
+    check_absolute_targets,
+    check_lag_targets,
+    check_masked_accuracy,
+)
+from companion.checks.norm import (
+    check_batch_norm,
+    check_layer_norm,
+    check_residual_blocks,
+    check_rms_norm,
+    check_variance,
+)
+from companion.checks.positional import (
+    check_dot_product_curve,
+    check_normalized_positions,
+    check_shift_matrix,
+    check_shift_recurrence,
+    check_sinusoidal_encoding,
+    check_wavelengths,
+)
+from companion.checks.rope import (
+    check_apply_rope,
+    check_rope_attention,
+    check_rope_cos_sin,
+    check_rope_frequencies,
+    check_rope_weight_permutation,
+)
+
+__all__ = [
+    "Case",
+    "CheckError",
+    "Mistake",
+    "check_absolute_targets",
+    "check_alibi_slopes",
+    "check_apply_rope",
+    "check_attention",
+    "check_batch_norm",
+    "check_causal_mask",
+    "check_dot_product_curve",
+    "check_lag_targets",
+    "check_layer_norm",
+    "check_llama3_frequencies",
+    "check_masked_accuracy",
+    "check_masked_attention",
+    "check_normalized_positions",
+    "check_ntk_aware_base",
+    "check_residual_blocks",
+    "check_rms_norm",
+    "check_rope_attention",
+    "check_rope_cos_sin",
+    "check_rope_frequencies",
+    "check_rope_weight_permutation",
+    "check_shift_matrix",
+    "check_shift_recurrence",
+    "check_sinusoidal_encoding",
+    "check_softmax",
+    "check_split_heads",
+    "check_tiled_attention",
+    "check_variance",
+    "check_wavelengths",
+    "check_yarn_ramp",
+    "checker",
+    "describe_inputs",
+    "expect_close",
+]

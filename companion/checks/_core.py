@@ -1,0 +1,480 @@
+r"""The shared core of the exercise checkers: cases, known mistakes, the comparison.
+
+A chapter's checker is a generator of :class:`Case` objects wrapped by :func:`checker`;
+the core calls the learner's function on each case and compares the answer with the
+case's reference. Everything a learner meets is decided here, once:
+
+* the learner's function is called **positionally**, in the order of ``Case.inputs``
+  (the order the exercise states), on **deep copies** of the inputs, so parameter names
+  are free (``get_slopes(n)`` is fine) and an answer that changes its input in place is
+  judged on its result only;
+* the answer may be a :class:`torch.Tensor`, a NumPy array, a nested list or a Python
+  number: anything :func:`torch.as_tensor` turns into the right values (Python floats stay
+  float64);
+* a stub (``raise NotImplementedError``, or a body of ``pass``/``...``) is *not attempted
+  yet*: the checker prints one line and returns ``False``, so Run All goes on;
+* a wrong answer raises :class:`CheckError` naming the property, the input, what was
+  expected and what came, with enough digits for the two to differ and the relative error,
+  and names the known mistake (:class:`Mistake`) the answer matches.
+"""
+
+from __future__ import annotations
+
+import copy
+import dis
+import functools
+import inspect
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from companion import _validate
+
+__all__ = [
+    "Case",
+    "CheckError",
+    "Mistake",
+    "checker",
+    "describe_inputs",
+    "expect_close",
+]
+
+NOT_ATTEMPTED = (
+    "{check}: not attempted yet - write your function above, then run this cell again."
+)
+
+
+# ---- errors and mistakes ------------------------------------------------------------
+
+
+class CheckError(AssertionError):
+    """A learner's function failed a property of an exercise.
+
+    Attributes:
+        check: the checker's name, e.g. ``"check_softmax"``.
+        prop: the property that failed, e.g. ``"rows sum to one"``.
+        inputs: a readable description of the failing input.
+        expected: what the reference gives (a short string).
+        got: what the learner's function gave (a short string).
+        mistake: the name of the known mistake the answer matches, or ``None``.
+    """
+
+    def __init__(
+        self,
+        check: str,
+        prop: str,
+        inputs: str,
+        detail: str,
+        *,
+        expected: str = "",
+        got: str = "",
+        mistake: str | None = None,
+    ) -> None:
+        self.check = check
+        self.prop = prop
+        self.inputs = inputs
+        self.expected = expected
+        self.got = got
+        self.mistake = mistake
+        lines = [f"{check}: {prop!r} failed on {inputs}"]
+        if expected or got:
+            lines.append(f"  expected: {expected}")
+            lines.append(f"  got:      {got}")
+        if detail:
+            lines.append(f"  {detail}")
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A known wrong answer to an exercise.
+
+    Args:
+        name: a short name the learner will recognize, e.g. ``"sin and cos swapped"``.
+        explanation: one or two sentences on what is wrong and how to fix it.
+        output: what the wrong variant returns on the case being checked; for an answer
+            that is a tuple, a tuple with ``None`` for the parts the mistake leaves right.
+        atol: the mistake's own tolerance, when it is recognized by the size of the error
+            rather than by exact values (angles in float32: each order of operations
+            rounds differently); ``None`` uses the case's tolerance.
+        rtol: likewise, relative.
+    """
+
+    name: str
+    explanation: str
+    output: object
+    atol: float | None = None
+    rtol: float | None = None
+
+
+class NotAttempted(Exception):
+    """The learner's function is still the exercise's stub."""
+
+
+# ---- describing values ----------------------------------------------------------------
+
+
+def describe_inputs(inputs: Mapping[str, object]) -> str:
+    """Format a case's inputs: tensors by shape and dtype, functions by name, others by
+    ``repr``."""
+    parts = []
+    for key, value in inputs.items():
+        if isinstance(value, Tensor):
+            dtype = str(value.dtype).removeprefix("torch.")
+            parts.append(f"{key}={tuple(value.shape)} {dtype}")
+        elif callable(value):
+            parts.append(f"{key}={getattr(value, '__name__', type(value).__name__)}")
+        else:
+            parts.append(f"{key}={value!r}")
+    return ", ".join(parts) if parts else "(no inputs)"
+
+
+def _short(t: Tensor, digits: int = 4, n: int = 6) -> str:
+    flat = t.detach().flatten().to("cpu", torch.float64)
+    head = ", ".join(f"{v:.{digits}g}" for v in flat[:n].tolist())
+    more = f", ... ({flat.numel()} values)" if flat.numel() > n else ""
+    return f"[{head}{more}] shape={tuple(t.shape)}"
+
+
+def _digits(a: float, b: float) -> int:
+    """The fewest significant digits (4 to 17) at which ``a`` and ``b`` print differently."""
+    for digits in range(4, 18):
+        if f"{a:.{digits}g}" != f"{b:.{digits}g}":
+            return digits
+    return 17
+
+
+def as_tensor(value: object) -> Tensor | None:
+    """``value`` as a tensor when it holds numbers (tensor, array, nested list, number),
+    else ``None``. Python floats become float64, as NumPy makes them."""
+    if isinstance(value, Tensor):
+        return value
+    if value is None or isinstance(value, (str, bytes, Mapping)):
+        return None
+    try:
+        return torch.as_tensor(np.asarray(value))
+    except (TypeError, ValueError, RuntimeError):
+        pass
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        pass
+    try:
+        return torch.stack([torch.as_tensor(v) for v in value])  # type: ignore[union-attr]
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+# ---- the comparison ---------------------------------------------------------------------
+
+
+def _close(a: Tensor, b: Tensor, atol: float, rtol: float) -> bool:
+    return a.shape == b.shape and torch.allclose(
+        a, b, atol=atol, rtol=rtol, equal_nan=True
+    )
+
+
+def expect_close(
+    got: object,
+    expected: Tensor,
+    *,
+    check: str,
+    prop: str,
+    inputs: Mapping[str, object],
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    mistakes: Sequence[Mistake] = (),
+    check_dtype: bool = False,
+    integer: bool = False,
+) -> None:
+    """Raise :class:`CheckError` unless ``got`` matches ``expected`` within tolerance.
+
+    The checks run in the order a learner needs them: does it hold numbers, the shape, the
+    dtype (exact if ``check_dtype``, an integer dtype if ``integer``), is it finite, are the
+    values close. When they are not, each known mistake is tried in order and named if the
+    answer matches it; otherwise the worst entry is reported with enough digits to differ
+    and its relative error.
+
+    Args:
+        got: the learner's result: a tensor, a NumPy array, a nested list or a number.
+        expected: the reference result.
+        check: the checker's name, for the message.
+        prop: the property being checked, for the message.
+        inputs: the case's inputs, described with :func:`describe_inputs`.
+        atol: absolute tolerance.
+        rtol: relative tolerance.
+        mistakes: known wrong answers on this case, tried in order.
+        check_dtype: also require ``got``'s dtype to be ``expected``'s.
+        integer: also require an integer dtype (class indices, token ids).
+    """
+    where = describe_inputs(inputs)
+    tensor = as_tensor(got)
+    if tensor is None:
+        raise CheckError(
+            check,
+            prop,
+            where,
+            "Return a torch.Tensor (NumPy arrays and lists of numbers are fine too).",
+            expected=f"a tensor of shape {tuple(expected.shape)}",
+            got=_validate.describe(got),
+        )
+    if tensor.shape != expected.shape:
+        raise CheckError(
+            check,
+            prop,
+            where,
+            "The shapes differ: check which axes you reduce, stack or transpose.",
+            expected=f"shape {tuple(expected.shape)}",
+            got=f"shape {tuple(tensor.shape)}",
+        )
+    if check_dtype and tensor.dtype != expected.dtype:
+        raise CheckError(
+            check,
+            prop,
+            where,
+            "The output should have the dtype the exercise asks for.",
+            expected=str(expected.dtype),
+            got=str(tensor.dtype),
+        )
+    if integer and (tensor.dtype.is_floating_point or tensor.dtype.is_complex):
+        raise CheckError(
+            check,
+            prop,
+            where,
+            "Targets are class indices: return an integer tensor (torch.long), as "
+            "F.cross_entropy requires; a float tensor is read as probabilities.",
+            expected=f"an integer dtype such as {expected.dtype}",
+            got=str(tensor.dtype),
+            mistake="float targets",
+        )
+    got64 = tensor.detach().to("cpu", torch.float64)
+    exp64 = expected.detach().to("cpu", torch.float64)
+    if not torch.isfinite(got64).all() and torch.isfinite(exp64).all():
+        bad = tuple((~torch.isfinite(got64)).nonzero()[0].tolist())
+        raise CheckError(
+            check,
+            prop,
+            where,
+            f"Your result has NaN or inf (first at index {bad}) where the reference is "
+            "finite: look for an overflow (exp of a large number) or a division by zero.",
+            expected=_short(expected),
+            got=_short(tensor),
+        )
+    if _close(got64, exp64, atol, rtol):
+        return
+    err = (got64 - exp64).abs()
+    err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
+    index = tuple(int(i) for i in torch.unravel_index(err.argmax(), err.shape))
+    e, g = exp64[index].item(), got64[index].item()
+    digits = _digits(e, g)
+    for mistake in mistakes:
+        wrong = as_tensor(mistake.output)
+        m_atol = atol if mistake.atol is None else mistake.atol
+        m_rtol = rtol if mistake.rtol is None else mistake.rtol
+        if wrong is not None and _close(
+            got64, wrong.detach().to("cpu", torch.float64), m_atol, m_rtol
+        ):
+            raise CheckError(
+                check,
+                prop,
+                where,
+                f'This is the known mistake "{mistake.name}": {mistake.explanation}',
+                expected=_short(expected, digits),
+                got=_short(tensor, digits),
+                mistake=mistake.name,
+            )
+    relative = f"{abs(g - e) / abs(e):.2g}" if e != 0 else "inf"
+    raise CheckError(
+        check,
+        prop,
+        where,
+        f"max |got - expected| = {err.max().item():.3g} at index {index} (expected "
+        f"{e:.{digits}g}, got {g:.{digits}g}; relative error {relative}; tolerance "
+        f"atol={atol:g}, rtol={rtol:g}).",
+        expected=_short(expected, digits),
+        got=_short(tensor, digits),
+    )
+
+
+# ---- calling the learner's function -------------------------------------------------
+
+
+def _is_stub_body(fn: Callable[..., object]) -> bool:
+    """``fn``'s body does nothing but return ``None`` (``pass``, ``...``, a docstring)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    ops = [
+        (i.opname, i.argval)
+        for i in dis.get_instructions(code)
+        if i.opname not in ("RESUME", "NOP", "CACHE")
+    ]
+    return ops in (
+        [("LOAD_CONST", None), ("RETURN_VALUE", None)],
+        [("RETURN_CONST", None)],
+    )
+
+
+def _raised_by_library(exc: BaseException) -> bool:
+    """The exception was raised inside an installed package (torch, NumPy), not by the
+    learner's own code."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    filename = tb.tb_frame.f_code.co_filename
+    return any(
+        p in filename for p in ("site-packages", "dist-packages", os.sep + "torch")
+    )
+
+
+def call(fn: Callable[..., object], check: str, inputs: Mapping[str, object]) -> object:
+    """Call ``fn`` positionally with deep copies of ``inputs`` (in their order).
+
+    A stub raises :class:`NotAttempted`; any other exception becomes a :class:`CheckError`
+    that shows the call."""
+    args = copy.deepcopy(list(inputs.values()))
+    shown = f"{getattr(fn, '__name__', 'your function')}({', '.join(inputs)})"
+    try:
+        out = fn(*args)
+    except NotImplementedError as exc:
+        if _raised_by_library(exc):
+            raise CheckError(
+                check,
+                "runs without error",
+                describe_inputs(inputs),
+                f"Calling {shown} raised NotImplementedError inside a library: {exc}",
+            ) from exc
+        raise NotAttempted(check) from None
+    except Exception as exc:  # the learner's code may raise anything
+        raise CheckError(
+            check,
+            "runs without error",
+            describe_inputs(inputs),
+            f"Calling {shown} (positional arguments, in this order) raised "
+            f"{type(exc).__name__}: {exc}",
+        ) from exc
+    if out is None:
+        if _is_stub_body(fn):
+            raise NotAttempted(check)
+        raise CheckError(
+            check,
+            "returns a value",
+            describe_inputs(inputs),
+            f"{shown} returned None: end it with a return statement.",
+        )
+    return out
+
+
+# ---- cases and checkers ---------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One call of the learner's function and the answer it must give.
+
+    Args:
+        prop: the property this case checks, shown in the message.
+        inputs: the arguments, in the order the exercise states (passed positionally).
+        expected: the reference answer; a tuple of tensors when the answer is a tuple.
+        mistakes: known wrong answers on this case, tried in order.
+        atol: absolute tolerance.
+        rtol: relative tolerance.
+        check_dtype: require the reference's exact dtype.
+        integer: require an integer dtype.
+        parts: names of the parts of a tuple answer, e.g. ``("cos", "sin")``.
+        learner: which of the checker's function arguments to call (its parameter name);
+            ``None``: the first.
+        shown: the inputs to show in a message, when they differ from ``inputs``.
+    """
+
+    prop: str
+    inputs: dict[str, object]
+    expected: object
+    mistakes: Sequence[Mistake] = ()
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    check_dtype: bool = False
+    integer: bool = False
+    parts: tuple[str, ...] | None = None
+    learner: str | None = None
+    shown: dict[str, object] | None = field(default=None)
+
+
+def run_case(check: str, fn: Callable[..., object], case: Case) -> None:
+    """Call ``fn`` on ``case`` and compare its answer (each part of a tuple answer)."""
+    got = call(fn, check, case.inputs)
+    shown = case.inputs if case.shown is None else case.shown
+    options = {
+        "check": check,
+        "inputs": shown,
+        "atol": case.atol,
+        "rtol": case.rtol,
+        "check_dtype": case.check_dtype,
+        "integer": case.integer,
+    }
+    if case.parts is None:
+        expect_close(
+            got, case.expected, prop=case.prop, mistakes=case.mistakes, **options
+        )
+        return
+    parts = case.parts
+    if not (isinstance(got, (tuple, list)) and len(got) == len(parts)):
+        kind = "a pair" if len(parts) == 2 else f"a tuple of {len(parts)}"
+        raise CheckError(
+            check,
+            f"returns ({', '.join(parts)})",
+            describe_inputs(shown),
+            f"Return {kind} ({', '.join(parts)}).",
+            expected=f"{kind} of tensors",
+            got=_validate.describe(got),
+        )
+    for k, part in enumerate(parts):
+        mistakes = [
+            Mistake(m.name, m.explanation, m.output[k], m.atol, m.rtol)  # type: ignore[index]
+            for m in case.mistakes
+            if m.output[k] is not None  # type: ignore[index]
+        ]
+        expected = case.expected[k]  # type: ignore[index]
+        prop = f"{case.prop} ({part})"
+        expect_close(got[k], expected, prop=prop, mistakes=mistakes, **options)
+
+
+def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., bool]:
+    """Make a checker from ``body``, a generator of :class:`Case` objects.
+
+    ``body``'s positional parameters are the learner's functions (validated as callables,
+    a ``TypeError`` naming the parameter otherwise); its keyword-only parameters are
+    options the body validates itself. The checker returns ``True`` when every case
+    passes, prints a "not attempted yet" line and returns ``False`` for a stub, and
+    raises :class:`CheckError` on the first case that fails.
+    """
+    signature = inspect.signature(body)
+    learners = [
+        name
+        for name, p in signature.parameters.items()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    check = body.__name__
+
+    @functools.wraps(body)
+    def run(*args: object, **kwargs: object) -> bool:
+        bound = signature.bind(*args, **kwargs)
+        fns = {
+            name: _validate.callable_(name, bound.arguments[name]) for name in learners
+        }
+        try:
+            for case in body(*args, **kwargs):
+                run_case(check, fns[case.learner or learners[0]], case)
+        except NotAttempted:
+            print(NOT_ATTEMPTED.format(check=check))
+            return False
+        return True
+
+    return run

@@ -1,0 +1,303 @@
+r"""Checkers for chapter 03 (:ref:`ch-extension`): ALiBi and RoPE context extension."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import torch
+
+from companion import extension, rope
+from companion.checks._core import Case, Mistake, checker
+
+__all__ = [
+    "check_alibi_slopes",
+    "check_llama3_frequencies",
+    "check_ntk_aware_base",
+    "check_yarn_ramp",
+]
+
+
+def _power_of_two_slopes(n: int) -> list[float]:
+    """2^(-8k/n), k = 1..n: the power-of-two rule applied to any n."""
+    return [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+
+
+def _f64(values: object) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64)
+
+
+@checker
+def check_alibi_slopes(alibi_slopes: Callable[..., object]) -> Iterator[Case]:
+    r"""Check a learner's ``alibi_slopes(num_heads) -> (H,)`` against Press et al.'s rule.
+
+    Reference: :func:`companion.extension.alibi_slopes`. Cases: 8 heads (a power of two),
+    then 12, 6, 24 and 1 (the interleaved rule). A list of floats is a fine answer, so
+    Press et al.'s own ``get_slopes(n)`` passes. Named mistakes: "power-of-two rule for
+    every head count" (:math:`2^{-8h/n}` for any :math:`n`), "extra slopes not
+    interleaved" (taken consecutively instead of every other one), "slope 2^-h for every
+    head count".
+
+    Args:
+        alibi_slopes: a function ``alibi_slopes(num_heads)`` returning the slopes.
+
+    Returns:
+        ``True`` when every case passes; ``False`` for the exercise's stub.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    for num_heads in (8, 12, 6, 24, 1):
+        closest = 2 ** (num_heads.bit_length() - 1)
+        extra = _power_of_two_slopes(2 * closest)[: num_heads - closest]
+        mistakes = [
+            Mistake(
+                "power-of-two rule for every head count",
+                f"2^(-8h/n) is the rule only when n is a power of two. For {num_heads} "
+                f"heads take the {closest} slopes of {closest} heads, then every other "
+                f"slope of {2 * closest} heads (2^(-4/{closest}), 2^(-12/{closest}), ...) "
+                "for the rest.",
+                _f64(_power_of_two_slopes(num_heads)),
+            ),
+            Mistake(
+                "extra slopes not interleaved",
+                f"the extra heads take the odd-numbered slopes of the {2 * closest}-head "
+                "sequence ([0::2] in the reference code), which fall between the first "
+                "ones; you took its first slopes in a row.",
+                _f64(_power_of_two_slopes(closest) + extra),
+            ),
+            Mistake(
+                "slope 2^-h for every head count",
+                "1/2, 1/4, ... is the 8-head sequence; in general the ratio is 2^(-8/n).",
+                _f64([2.0**-k for k in range(1, num_heads + 1)]),
+            ),
+        ]
+        power_of_two = num_heads & (num_heads - 1) == 0
+        yield Case(
+            "geometric slopes 2^(-8h/n) for a power of two"
+            if power_of_two
+            else "interleaved rule for a head count that is not a power of two",
+            {"num_heads": num_heads},
+            extension.alibi_slopes(num_heads, dtype=torch.float64),
+            mistakes,
+            atol=1e-7,
+            rtol=1e-5,
+        )
+
+
+@checker
+def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case]:
+    r"""Check a learner's ``ntk_aware_base(base, factor, head_dim) -> float``.
+
+    Reference: :func:`companion.extension.ntk_aware_base`, :math:`b\,s^{D/(D-2)}`, to a
+    relative ``1e-9`` (a Python float or a 0-d tensor). Named mistakes: "exponent head_dim
+    instead of head_dim/(head_dim-2)", "base multiplied by the factor" (exponent 1),
+    "exponent inverted" (:math:`(D-2)/D`), "base divided by the factor".
+
+    Args:
+        ntk_aware_base: a function ``ntk_aware_base(base, factor, head_dim)``.
+
+    Returns:
+        ``True`` when every case passes; ``False`` for the exercise's stub.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    for b, s, d in ((10000.0, 4.0, 64), (500000.0, 8.0, 128), (10000.0, 2.0, 16)):
+        mistakes = [
+            Mistake(
+                "exponent head_dim instead of head_dim/(head_dim-2)",
+                "the exponent is D/(D-2), chosen so that the lowest pair (i = D/2 - 1, "
+                "exponent (D-2)/D) is slowed by exactly the factor.",
+                _f64(b * s**d),
+            ),
+            Mistake(
+                "base multiplied by the factor",
+                "b*s slows the lowest pair by s^((D-2)/D), slightly less than s; raise the "
+                "factor to the power D/(D-2).",
+                _f64(b * s),
+            ),
+            Mistake(
+                "exponent inverted",
+                "use s^(D/(D-2)), not s^((D-2)/D): the base must grow enough that "
+                "b'^(-(D-2)/D) = b^(-(D-2)/D) / s.",
+                _f64(b * s ** ((d - 2) / d)),
+            ),
+            Mistake(
+                "base divided by the factor",
+                "a smaller base makes every pair faster; the NTK base is larger than b.",
+                _f64(b / s ** (d / (d - 2))),
+            ),
+        ]
+        yield Case(
+            "the lowest pair slowed by the factor, the highest unchanged",
+            {"base": b, "factor": s, "head_dim": d},
+            _f64(extension.ntk_aware_base(b, s, d)),
+            mistakes,
+            atol=0.0,
+            rtol=1e-9,
+        )
+
+
+def _ramp(
+    head_dim: int, base: float, n0: int, fast: float, slow: float, truncate: bool = True
+) -> torch.Tensor:
+    """HF transformers' ``find_correction_range`` + ``linear_ramp_factor``, in float64,
+    for any order of ``fast`` and ``slow`` (a swapped pair is a known mistake)."""
+
+    def index(turns: float) -> float:
+        return head_dim * math.log(n0 / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = index(fast), index(slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001
+    i = torch.arange(head_dim // 2, dtype=torch.float64)
+    return ((i - low) / (high - low)).clamp(0.0, 1.0)
+
+
+@checker
+def check_yarn_ramp(yarn_ramp: Callable[..., torch.Tensor]) -> Iterator[Case]:
+    r"""Check a learner's YaRN ramp ``yarn_ramp(head_dim, base,
+    original_max_position_embeddings, beta_fast, beta_slow) -> (D/2,)``.
+
+    The arguments come positionally, in this order. Reference:
+    :func:`companion.extension.yarn_ramp` (0 = pair untouched, 1 = fully interpolated; HF
+    transformers' rounding of the range). Named mistakes: "beta_fast and beta_slow
+    swapped", "YaRN ramp reversed", "correction range not rounded outwards" (no
+    ``floor``/``ceil``).
+
+    Args:
+        yarn_ramp: the learner's function, arguments as above.
+
+    Returns:
+        ``True`` when every case passes; ``False`` for the exercise's stub.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    cases = [
+        (128, 10000.0, 4096, 32.0, 1.0),
+        (64, 500000.0, 8192, 32.0, 1.0),
+        (128, 10000.0, 2048, 16.0, 2.0),
+    ]
+    for head_dim, base, n0, fast, slow in cases:
+        inputs = {
+            "head_dim": head_dim,
+            "base": base,
+            "original_max_position_embeddings": n0,
+            "beta_fast": fast,
+            "beta_slow": slow,
+        }
+        expected = extension.yarn_ramp(
+            head_dim,
+            base=base,
+            original_max_position_embeddings=n0,
+            beta_fast=fast,
+            beta_slow=slow,
+        )
+        mistakes = [
+            Mistake(
+                "beta_fast and beta_slow swapped",
+                f"low comes from beta_fast = {fast} (pairs turning more often than that "
+                f"are kept) and high from beta_slow = {slow}; you computed the range with "
+                "the two exchanged.",
+                _ramp(head_dim, base, n0, slow, fast),
+            ),
+            Mistake(
+                "YaRN ramp reversed",
+                "fast pairs (small i, more than beta_fast turns over the training length) "
+                "must get 0 (kept as they are) and slow pairs 1 (interpolated): ramp = "
+                "clamp((i - low) / (high - low), 0, 1) with low from beta_fast, high from "
+                "beta_slow.",
+                1 - expected,
+            ),
+            Mistake(
+                "correction range not rounded outwards",
+                "HF transformers (truncate=True, the default) floors low and ceils high "
+                "before building the ramp.",
+                _ramp(head_dim, base, n0, fast, slow, truncate=False),
+            ),
+        ]
+        yield Case(
+            "0 for pairs with > beta_fast turns, 1 for pairs with < beta_slow turns",
+            inputs,
+            expected,
+            mistakes,
+            atol=1e-6,
+            rtol=1e-5,
+        )
+
+
+@checker
+def check_llama3_frequencies(
+    llama3_frequencies: Callable[..., torch.Tensor],
+) -> Iterator[Case]:
+    r"""Check a learner's ``llama3_frequencies(head_dim, base, factor, low_freq_factor,
+    high_freq_factor, original_max_position_embeddings) -> (D/2,)``.
+
+    The arguments come positionally, in this order. Reference:
+    :func:`companion.extension.llama3_frequencies` (Meta's ``apply_scaling``). Named
+    mistakes: "bands swapped" (high frequencies scaled, low ones kept), "every pair
+    divided by the factor" (plain position interpolation), "blend weights reversed in
+    the middle band".
+
+    Args:
+        llama3_frequencies: the learner's function, arguments as above.
+
+    Returns:
+        ``True`` when every case passes; ``False`` for the exercise's stub.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    cases = [
+        (128, 500000.0, 8.0, 1.0, 4.0, 8192),
+        (64, 10000.0, 4.0, 1.0, 4.0, 2048),
+        (128, 500000.0, 32.0, 2.0, 8.0, 8192),
+    ]
+    for head_dim, base, factor, lo, hi, n0 in cases:
+        inputs = {
+            "head_dim": head_dim,
+            "base": base,
+            "factor": factor,
+            "low_freq_factor": lo,
+            "high_freq_factor": hi,
+            "original_max_position_embeddings": n0,
+        }
+        expected = extension.llama3_frequencies(**inputs)
+        theta = rope.rope_frequencies(head_dim, base=base)
+        wavelength = 2 * math.pi / theta
+        mu = ((n0 / wavelength - lo) / (hi - lo)).clamp(0.0, 1.0)
+        outer = (wavelength > n0 / lo) | (wavelength < n0 / hi)
+        swapped = mu * theta / factor + (1 - mu) * theta
+        mistakes = [
+            Mistake(
+                "bands swapped",
+                f"pairs with wavelength above {n0}/low_freq_factor (slow pairs, which never "
+                "turned in the training length) are divided by the factor; pairs with "
+                f"wavelength below {n0}/high_freq_factor are kept.",
+                swapped,
+            ),
+            Mistake(
+                "every pair divided by the factor",
+                "that is position interpolation; Llama 3 keeps the high-frequency band.",
+                theta / factor,
+            ),
+            Mistake(
+                "blend weights reversed in the middle band",
+                "in the middle band theta' = (1 - mu) theta / s + mu theta with "
+                "mu = (L0 / wavelength - low) / (high - low): mu = 1 at the fast edge.",
+                torch.where(outer, expected, swapped),
+            ),
+        ]
+        yield Case(
+            "high band kept, low band divided by the factor, middle blended",
+            inputs,
+            expected,
+            mistakes,
+            atol=0.0,
+            rtol=1e-5,
+        )
