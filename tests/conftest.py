@@ -3,9 +3,16 @@ hypothesis profile."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+# Without a GPU, Triton kernels (companion/kernels.py) run through Triton's interpreter, which
+# Triton chooses when it is first imported: set it before any test module imports Triton.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 settings.register_profile(
     "book",
