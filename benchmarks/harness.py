@@ -91,7 +91,7 @@ def machine(device: torch.device) -> dict:
 def versions() -> dict:
     """Versions of Python and of the libraries the benchmarks use (``None``: not installed)."""
     found = {"python": platform.python_version(), "torch": torch.__version__}
-    for name in ("numpy", "transformers"):
+    for name in ("numpy", "transformers", "triton"):
         try:
             module = __import__(name)
         except ImportError:
