@@ -252,7 +252,8 @@ def tensor(
         if not any(_FAMILIES[f](value.dtype) for f in families):
             kinds = " or ".join(families)
             article = _ARTICLE.get(families[0], "a") if len(families) == 1 else "a"
-            what = f"{article} tensor" if len(families) == 1 else f"a {kinds} tensor"
+            first = _ARTICLE.get(families[0], "a").split()[0]  # "an integer or ..."
+            what = f"{article} tensor" if len(families) == 1 else f"{first} {kinds} tensor"
             if len(families) == 1 and families[0] == "bool":
                 what = "a bool tensor"
             raise TypeError(f"{name} must be {what}, got a tensor of dtype {value.dtype}")
@@ -308,6 +309,21 @@ def same_size(
             f"{name_a} and {name_b} must have the same{label} size, got {name_a} "
             f"{tuple(a.shape)} and {name_b} {tuple(b.shape)}"
         )
+
+
+def axis(
+    name: str, value: object, ndim: int, *, exclude: int | None = None, why: str = ""
+) -> int:
+    """An axis of a tensor with ``ndim`` dimensions (negative counts from the end), returned
+    in ``[0, ndim)``; the axis ``exclude`` (e.g. ``-1``) may not be named."""
+    value = integer(name, value)
+    excluded = exclude is not None and ndim > 0 and value % ndim == exclude % ndim
+    if not -ndim <= value < ndim or excluded:
+        reason = f" ({why})" if why else ""
+        raise ValueError(
+            f"{name} must be an axis of a {ndim}-dimensional tensor{reason}, got {value}"
+        )
+    return value % ndim
 
 
 def same_dtype(name: str, value: Tensor, ref_name: str, ref: Tensor) -> None:
