@@ -10,9 +10,14 @@ position :math:`\text{pos}` and pair index :math:`i = 0, \ldots, D/2 - 1`,
     \mathrm{PE}(\text{pos}, 2i+1) = \cos(\text{pos}\,\omega_i).
 
 This is the layout of the paper, of the Annotated Transformer and of
-``transformers``' ``create_sinusoidal_embeddings`` (used by DistilBERT). Other code bases use
-the *halves* layout (all sines, then all cosines: tensor2tensor, fairseq, Hugging Face's
-``SinusoidalPositionalEmbedding``); the two differ by a fixed permutation of the columns.
+``transformers``' ``create_sinusoidal_embeddings`` (used by DistilBERT). Hugging Face's
+``MarianSinusoidalPositionalEmbedding`` keeps these frequencies in the *halves* layout (all
+sines, then all cosines): a fixed permutation of the columns. tensor2tensor's
+``get_timing_signal_1d`` and fairseq's ``SinusoidalPositionalEmbedding`` (ported to
+``transformers`` as FSMT's, M2M100's, NLLB's ...) are a different encoding, not a permutation:
+they concatenate sines and cosines *and* use the frequencies
+:math:`10000^{-i/(D/2 - 1)}`, so their slowest pair turns at exactly ``1/10000``. The chapter
+measures how far apart the tables are.
 
 Angles are computed in float64 and cast at the end, so the values are accurate to the
 output dtype's rounding for positions up to at least :math:`10^6` (a float32 angle
@@ -25,10 +30,11 @@ chapter; the functions here only implement them.
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch import Tensor, nn
+
+from companion import _validate
 
 __all__ = [
     "SinusoidalPositionalEncoding",
@@ -40,37 +46,14 @@ __all__ = [
 ]
 
 
-def _check_dim(dim: object) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
-        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
-    dim = int(dim)
-    if dim <= 0 or dim % 2:
-        raise ValueError(f"dim must be a positive even integer, got {dim}")
-    return dim
+def _frequencies(dim: int, base: float) -> Tensor:
+    """``base ** (-2i / dim)`` for ``i = 0 .. dim/2 - 1``, float64 on the CPU (validated args).
 
-
-def _check_base(base: object) -> float:
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise TypeError(f"base must be a real number, got {type(base).__name__}")
-    base = float(base)
-    if not math.isfinite(base) or base <= 1.0:
-        raise ValueError(f"base must be a finite number > 1, got {base}")
-    return base
-
-
-def _check_length(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    value = int(value)
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return value
-
-
-def _check_float_dtype(dtype: object) -> torch.dtype:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype}")
-    return dtype
+    The one implementation of the geometric progression shared by
+    :func:`sinusoidal_frequencies` and :func:`companion.rope.rope_frequencies`.
+    """
+    i = torch.arange(dim // 2, dtype=torch.float64)  # pair index, 0 .. D/2 - 1
+    return base ** (-2.0 * i / dim)
 
 
 def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> Tensor:
@@ -90,10 +73,9 @@ def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> Tensor:
     Shape:
         output: ``(D // 2,)``.
     """
-    dim = _check_dim(dim)
-    base = _check_base(base)
-    i = torch.arange(dim // 2, dtype=torch.float64)  # pair index, 0 .. D/2 - 1
-    return base ** (-2.0 * i / dim)
+    dim = _validate.positive_int("dim", dim, even=True)
+    base = _validate.real("base", base, exclusive_minimum=1.0)
+    return _frequencies(dim, base)
 
 
 def sinusoidal_wavelengths(dim: int, *, base: float = 10000.0) -> Tensor:
@@ -132,7 +114,8 @@ def sinusoidal_encoding(
     positions up to at least :math:`10^6`.
 
     Args:
-        num_positions: number of positions ``L`` (positions ``0 .. L - 1``); at least 1.
+        num_positions: number of positions ``L`` (positions ``0 .. L - 1``); ``0`` gives
+            an empty ``(0, D)`` table.
         dim: the encoding width ``D``; a positive even integer.
         base: the base of the frequency progression.
         dtype: floating-point dtype of the result.
@@ -144,11 +127,14 @@ def sinusoidal_encoding(
     Shape:
         output: ``(L, D)``.
     """
-    num_positions = _check_length("num_positions", num_positions)
-    dtype = _check_float_dtype(dtype)
-    omega = sinusoidal_frequencies(dim, base=base).to(device)  # (D/2,) float64
+    num_positions = _validate.nonnegative_int("num_positions", num_positions)
+    dim = _validate.positive_int("dim", dim, even=True)
+    base = _validate.real("base", base, exclusive_minimum=1.0)
+    dtype = _validate.dtype("dtype", dtype)
+    device = _validate.device("device", device)
+    omega = _frequencies(dim, base).to(device)  # (D/2,) float64
     pos = torch.arange(num_positions, dtype=torch.float64, device=device)  # (L,)
-    angles = pos[:, None] * omega[None, :]  # (L, D/2), float64: exact enough at pos = 1e6
+    angles = pos[:, None] * omega[None, :]  # (L, D/2), float64: exact at pos = 1e6
     pe = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1)  # (L, D/2, 2)
     return pe.flatten(-2).to(dtype)  # (L, D): sin, cos, sin, cos, ...
 
@@ -189,18 +175,21 @@ def shift_matrix(
     Shape:
         output: ``(D, D)``.
     """
-    if isinstance(k, bool) or not isinstance(k, numbers.Real):
-        raise TypeError(f"k must be a real number, got {type(k).__name__}")
-    if not math.isfinite(float(k)):
-        raise ValueError(f"k must be finite, got {k}")
-    dtype = _check_float_dtype(dtype)
-    angle = float(k) * sinusoidal_frequencies(dim, base=base)  # (D/2,) float64
+    k = _validate.real("k", k)
+    dim = _validate.positive_int("dim", dim, even=True)
+    base = _validate.real("base", base, exclusive_minimum=1.0)
+    dtype = _validate.dtype("dtype", dtype)
+    device = _validate.device("device", device)
+    angle = k * _frequencies(dim, base)  # (D/2,) float64
     c, s = torch.cos(angle), torch.sin(angle)
-    blocks = torch.stack((torch.stack((c, -s), -1), torch.stack((s, c), -1)), -2)  # (D/2, 2, 2)
+    rows = (torch.stack((c, -s), -1), torch.stack((s, c), -1))  # (D/2, 2) each
+    blocks = torch.stack(rows, -2)  # (D/2, 2, 2)
     return torch.block_diag(*blocks).to(dtype=dtype, device=device)  # (D, D)
 
 
-def sinusoidal_dot_products(offsets: Tensor, dim: int, *, base: float = 10000.0) -> Tensor:
+def sinusoidal_dot_products(
+    offsets: Tensor, dim: int, *, base: float = 10000.0
+) -> Tensor:
     r"""The dot product :math:`\mathrm{PE}(m) \cdot \mathrm{PE}(n)` as a function of :math:`k = m - n`.
 
     Each pair contributes :math:`\sin m\omega_i \sin n\omega_i + \cos m\omega_i \cos n\omega_i
@@ -208,7 +197,7 @@ def sinusoidal_dot_products(offsets: Tensor, dim: int, *, base: float = 10000.0)
     function of the offset alone, even in ``k``, with :math:`g(0) = D/2`.
 
     Args:
-        offsets: offsets ``k`` (any real values, any shape).
+        offsets: offsets ``k``, an integer or floating-point tensor of any shape.
         dim: the encoding width ``D``; a positive even integer.
         base: the base of the frequency progression.
 
@@ -218,9 +207,10 @@ def sinusoidal_dot_products(offsets: Tensor, dim: int, *, base: float = 10000.0)
     Shape:
         offsets: ``(...)``; output: ``(...)``.
     """
-    if not isinstance(offsets, Tensor):
-        raise TypeError(f"offsets must be a torch.Tensor, got {type(offsets).__name__}")
-    omega = sinusoidal_frequencies(dim, base=base).to(offsets.device)  # (D/2,)
+    offsets = _validate.tensor("offsets", offsets, dtype=("integer", "floating"))
+    dim = _validate.positive_int("dim", dim, even=True)
+    base = _validate.real("base", base, exclusive_minimum=1.0)
+    omega = _frequencies(dim, base).to(offsets.device)  # (D/2,)
     k = offsets.to(torch.float64)
     return torch.cos(k[..., None] * omega).sum(-1)  # (...)
 
@@ -229,14 +219,15 @@ class SinusoidalPositionalEncoding(nn.Module):
     r"""Adds the sinusoidal encoding of :func:`sinusoidal_encoding` to its input.
 
     The table is a non-persistent buffer (it moves with ``.to(device)`` but is not saved in
-    the ``state_dict``: it is a function of ``dim`` and ``base``, nothing is learned). When an
-    input is longer than the table, the table **grows**: it is recomputed for
-    ``max(L, 2 * max_len)`` positions, which gives the same values as a table built that large
-    from the start. Dropout, which the paper applies after the sum, is left to the caller.
+    the ``state_dict``: it is a function of ``dim`` and ``base``, nothing is learned). An
+    input longer than ``max_len`` positions raises ``ValueError`` (never a silently truncated
+    sum): build the module with a larger ``max_len``, or call :func:`sinusoidal_encoding`,
+    which computes any length. Dropout, which the paper applies after the sum, is left to the
+    caller.
 
     Args:
         dim: the model width ``D``; a positive even integer.
-        max_len: initial number of positions in the table.
+        max_len: number of positions in the table (the longest input it accepts).
         base: the base of the frequency progression.
         dtype: dtype the table is stored in; the sum is computed in the input's dtype.
 
@@ -255,33 +246,29 @@ class SinusoidalPositionalEncoding(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        self.dim = _check_dim(dim)
-        self.base = _check_base(base)
+        self.dim = _validate.positive_int("dim", dim, even=True)
+        self.max_len = _validate.positive_int("max_len", max_len)
+        self.base = _validate.real("base", base, exclusive_minimum=1.0)
+        dtype = _validate.dtype("dtype", dtype)
         self.register_buffer(
             "pe",
-            sinusoidal_encoding(max_len, self.dim, base=self.base, dtype=dtype),
+            sinusoidal_encoding(self.max_len, self.dim, base=self.base, dtype=dtype),
             persistent=False,
         )
 
-    @property
-    def max_len(self) -> int:
-        """Number of positions the table holds now."""
-        return self.pe.shape[0]
-
     def forward(self, x: Tensor) -> Tensor:
-        """Return ``x + PE[:L]``, with ``L = x.shape[-2]``."""
-        if x.ndim not in (2, 3):
-            raise ValueError(f"x must have shape (B, L, D) or (L, D), got {tuple(x.shape)}")
-        length, width = x.shape[-2], x.shape[-1]
-        if width != self.dim:
-            raise ValueError(f"x's last dimension must be dim={self.dim}, got {width}")
-        if length > self.max_len:  # grow: the encoding is a function, any length works
-            self.pe = sinusoidal_encoding(
-                max(length, 2 * self.max_len),
-                self.dim,
-                base=self.base,
-                dtype=self.pe.dtype,
-                device=self.pe.device,
+        """Return ``x + PE[:L]``, with ``L = x.shape[-2]`` at most ``max_len``."""
+        x = _validate.tensor(
+            "x", x, min_ndim=2, max_ndim=3, meaning="(B, L, D) or (L, D)"
+        )
+        _validate.size("x", x, -1, self.dim, "dim")
+        _validate.same_device("x", x, "the table pe", self.pe)
+        length = x.shape[-2]
+        if length > self.max_len:
+            raise ValueError(
+                f"x must have at most max_len={self.max_len} positions, got length {length} "
+                f"(shape {tuple(x.shape)}): build SinusoidalPositionalEncoding with "
+                f"max_len >= {length}, or use sinusoidal_encoding({length}, {self.dim})"
             )
         return x + self.pe[:length].to(x.dtype)  # (L, D) broadcasts over B
 

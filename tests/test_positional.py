@@ -187,15 +187,13 @@ def test_module_adds_the_table(device: torch.device, dtype: torch.dtype) -> None
     torch.testing.assert_close(module(x[0]), expected[0])  # (L, D) input
 
 
-def test_module_grows_for_longer_inputs() -> None:
+def test_module_rejects_inputs_longer_than_its_table() -> None:
+    """Never a silently truncated sum: a longer input names its length and max_len."""
     module = SinusoidalPositionalEncoding(8, max_len=4)
-    x = torch.zeros(1, 11, 8)
-    y = module(x)
-    assert module.max_len == 11  # max(L, 2 * 4)
-    torch.testing.assert_close(y[0], sinusoidal_encoding(11, 8))
-    module(torch.zeros(1, 12, 8))
-    assert module.max_len == 22  # doubles when that is larger than L
-    assert "max_len=22" in repr(module)
+    torch.testing.assert_close(module(torch.zeros(1, 4, 8))[0], sinusoidal_encoding(4, 8))
+    with pytest.raises(ValueError, match=r"at most max_len=4 positions, got length 11"):
+        module(torch.zeros(1, 11, 8))
+    assert module.max_len == 4 and "max_len=4" in repr(module)
 
 
 def test_module_buffer_is_not_persistent_and_not_trainable() -> None:
@@ -259,95 +257,159 @@ def test_dot_product_is_symmetric_and_bounded(k: float, dim: int) -> None:
 
 # ------------------------------------------------------------------------- validation table
 
-BAD_CALLS = [
-    (lambda: sinusoidal_encoding(4, 5), ValueError, "dim must be a positive even integer, got 5"),
-    (lambda: sinusoidal_encoding(4, 0), ValueError, "dim must be a positive even integer, got 0"),
-    (lambda: sinusoidal_encoding(4, -2), ValueError, "dim must be a positive even integer, got -2"),
-    (lambda: sinusoidal_encoding(4, 4.0), TypeError, "dim must be an int, got float"),
-    (lambda: sinusoidal_encoding(4, True), TypeError, "dim must be an int, got bool"),
-    (
-        lambda: sinusoidal_encoding(0, 4),
-        ValueError,
-        "num_positions must be a positive integer, got 0",
-    ),
-    (
-        lambda: sinusoidal_encoding(-3, 4),
-        ValueError,
-        "num_positions must be a positive integer, got -3",
-    ),
-    (lambda: sinusoidal_encoding(2.5, 4), TypeError, "num_positions must be an int, got float"),
-    (
-        lambda: sinusoidal_encoding(4, 4, dtype=torch.int64),
-        TypeError,
-        "dtype must be a floating-point torch.dtype, got torch.int64",
-    ),
-    (
-        lambda: sinusoidal_encoding(4, 4, dtype="float32"),
-        TypeError,
-        "dtype must be a floating-point torch.dtype, got float32",
-    ),
-    (
-        lambda: sinusoidal_encoding(4, 4, base=1.0),
-        ValueError,
-        r"base must be a finite number > 1, got 1.0",
-    ),
-    (
-        lambda: sinusoidal_encoding(4, 4, base=-5),
-        ValueError,
-        r"base must be a finite number > 1, got -5.0",
-    ),
-    (
-        lambda: sinusoidal_encoding(4, 4, base=math.inf),
-        ValueError,
-        "base must be a finite number > 1, got inf",
-    ),
-    (
-        lambda: sinusoidal_encoding(4, 4, base="1e4"),
-        TypeError,
-        "base must be a real number, got str",
-    ),
-    (lambda: sinusoidal_frequencies(7), ValueError, "dim must be a positive even integer, got 7"),
-    (lambda: shift_matrix(1, 3), ValueError, "dim must be a positive even integer, got 3"),
-    (lambda: shift_matrix(math.nan, 4), ValueError, "k must be finite, got nan"),
-    (lambda: shift_matrix("1", 4), TypeError, "k must be a real number, got str"),
-    (lambda: shift_matrix(1j, 4), TypeError, "k must be a real number, got complex"),
-    (
-        lambda: shift_matrix(1, 4, dtype=torch.int32),
-        TypeError,
-        "dtype must be a floating-point torch.dtype, got torch.int32",
-    ),
-    (
-        lambda: sinusoidal_dot_products([0, 1], 4),
-        TypeError,
-        "offsets must be a torch.Tensor, got list",
-    ),
-    (
-        lambda: SinusoidalPositionalEncoding(7),
-        ValueError,
-        "dim must be a positive even integer, got 7",
-    ),
-    (
-        lambda: SinusoidalPositionalEncoding(8, max_len=0),
-        ValueError,
-        "num_positions must be a positive integer, got 0",
-    ),
-    (
-        lambda: SinusoidalPositionalEncoding(8)(torch.zeros(2, 3, 6)),
-        ValueError,
-        r"x's last dimension must be dim=8, got 6",
-    ),
-    (
-        lambda: SinusoidalPositionalEncoding(8)(torch.zeros(1, 2, 3, 8)),
-        ValueError,
-        r"x must have shape \(B, L, D\) or \(L, D\), got \(1, 2, 3, 8\)",
-    ),
-]
+X = torch.zeros(2, 3, 8)
+MODULE = SinusoidalPositionalEncoding(8, max_len=4)
+
+# (public name, call, exception, message): the bad-input contract, also run by
+# tests/test_contract.py for every name in companion.positional.__all__
+BAD_INPUTS = [
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 5), ValueError,
+     "dim must be an even int, got 5"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 0), ValueError,
+     "dim must be a positive even int, got 0"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4.0), TypeError,
+     "dim must be an even int, got 4.0"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, True), TypeError,
+     "dim must be an even int, got True"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(-3, 4), ValueError,
+     "num_positions must be an int >= 0, got -3"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(2.5, 4), TypeError,
+     "num_positions must be an int, got 2.5"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, dtype=torch.int64), TypeError,
+     "dtype must be a floating torch.dtype, got torch.int64"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, dtype=torch.complex64),
+     TypeError, "dtype must be a floating torch.dtype, got torch.complex64"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, dtype="float32"), TypeError,
+     r"dtype must be a torch.dtype such as torch.float32, got the string 'float32'"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, device="cuda:7"), ValueError,
+     "device must be a device this machine has, got 'cuda:7'"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, device="meta"), ValueError,
+     "device must be a 'cpu', 'cuda' or 'mps' device, got device 'meta'"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, device="gpu"), ValueError,
+     "device must be a device such as 'cpu' or 'cuda', got 'gpu'"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, base=1.0), ValueError,
+     r"base must be a real number > 1, got 1.0"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, base=-5), ValueError,
+     r"base must be a real number > 1, got -5.0"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, base=math.inf), ValueError,
+     "base must be a finite real number, got inf"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, base="1e4"), TypeError,
+     "base must be a real number, got '1e4'"),
+    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, base=1e4 + 0j), TypeError,
+     r"base must be a real number, got \(10000\+0j\)"),
+    ("sinusoidal_frequencies", lambda: sinusoidal_frequencies(7), ValueError,
+     "dim must be an even int, got 7"),
+    ("sinusoidal_frequencies", lambda: sinusoidal_frequencies(8, base=math.nan), ValueError,
+     "base must be a finite real number, got nan"),
+    ("sinusoidal_wavelengths", lambda: sinusoidal_wavelengths(-2), ValueError,
+     "dim must be a positive even int, got -2"),
+    ("sinusoidal_wavelengths", lambda: sinusoidal_wavelengths("8"), TypeError,
+     "dim must be an even int, got '8'"),
+    ("shift_matrix", lambda: shift_matrix(1, 3), ValueError, "dim must be an even int, got 3"),
+    ("shift_matrix", lambda: shift_matrix(math.nan, 4), ValueError,
+     "k must be a finite real number, got nan"),
+    ("shift_matrix", lambda: shift_matrix("1", 4), TypeError,
+     "k must be a real number, got '1'"),
+    ("shift_matrix", lambda: shift_matrix(1j, 4), TypeError, "k must be a real number, got 1j"),
+    ("shift_matrix", lambda: shift_matrix(1, 4, dtype=torch.int32), TypeError,
+     "dtype must be a floating torch.dtype, got torch.int32"),
+    ("shift_matrix", lambda: shift_matrix(1, 4, device="cuda:7"), ValueError,
+     "device must be a device this machine has"),
+    ("sinusoidal_dot_products", lambda: sinusoidal_dot_products([0, 1], 4), TypeError,
+     "offsets must be a torch.Tensor, got a list"),
+    ("sinusoidal_dot_products",
+     lambda: sinusoidal_dot_products(torch.zeros(2, dtype=torch.complex64), 4), TypeError,
+     "offsets must be an integer or floating tensor, got a tensor of dtype torch.complex64"),
+    ("sinusoidal_dot_products", lambda: sinusoidal_dot_products(torch.tensor([True]), 4),
+     TypeError, "offsets must be an integer or floating tensor, got a tensor of dtype torch.bool"),
+    ("sinusoidal_dot_products",
+     lambda: sinusoidal_dot_products(torch.zeros(2, device="meta"), 4), ValueError,
+     "offsets must hold values, got a tensor on the 'meta' device"),
+    ("sinusoidal_dot_products", lambda: sinusoidal_dot_products(torch.zeros(2), 5),
+     ValueError, "dim must be an even int, got 5"),
+    ("SinusoidalPositionalEncoding", lambda: SinusoidalPositionalEncoding(7), ValueError,
+     "dim must be an even int, got 7"),
+    ("SinusoidalPositionalEncoding", lambda: SinusoidalPositionalEncoding(8, max_len=0),
+     ValueError, "max_len must be a positive int, got 0"),
+    ("SinusoidalPositionalEncoding", lambda: SinusoidalPositionalEncoding(8, max_len=4.0),
+     TypeError, "max_len must be an int, got 4.0"),
+    ("SinusoidalPositionalEncoding",
+     lambda: SinusoidalPositionalEncoding(8, dtype=torch.int64), TypeError,
+     "dtype must be a floating torch.dtype, got torch.int64"),
+    ("SinusoidalPositionalEncoding", lambda: SinusoidalPositionalEncoding(8, dtype="float32"),
+     TypeError, "dtype must be a torch.dtype such as torch.float32"),
+    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(2, 3, 6)), ValueError,
+     r"x must have size 8 \(dim\) in dimension -1, got shape \(2, 3, 6\)"),
+    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(1, 2, 3, 8)), ValueError,
+     r"x must have at most 3 dimensions \(B, L, D\) or \(L, D\), got shape \(1, 2, 3, 8\)"),
+    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(8)), ValueError,
+     r"x must have at least 2 dimensions"),
+    # longer than the table: rejected, never a silently truncated sum
+    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(1, 5, 8)), ValueError,
+     r"x must have at most max_len=4 positions, got length 5"),
+    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(3, 8, dtype=torch.complex64)),
+     TypeError, "x must be a floating-point tensor, got a tensor of dtype torch.complex64"),
+    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(3, 8, dtype=torch.long)),
+     TypeError, "x must be a floating-point tensor, got a tensor of dtype torch.int64"),
+    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(3, 8, device="meta")),
+     ValueError, "x must hold values, got a tensor on the 'meta' device"),
+    ("SinusoidalPositionalEncoding", lambda: MODULE([[0.0] * 8]), TypeError,
+     "x must be a torch.Tensor, got a list"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(("call", "error", "message"), BAD_CALLS)
-def test_bad_input_raises_a_clear_error(call, error: type[Exception], message: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "call", "error", "message"),
+    BAD_INPUTS,
+    ids=[f"{row[0]}-{i}" for i, row in enumerate(BAD_INPUTS)],
+)
+def test_bad_input_raises_a_clear_error(name: str, call, error, message: str) -> None:
     with pytest.raises(error, match=message):
         call()
+
+
+def test_every_public_name_has_a_bad_input_case() -> None:
+    from companion import positional
+
+    assert set(positional.__all__) <= {row[0] for row in BAD_INPUTS}
+
+
+def test_module_on_another_device_than_its_input_is_named() -> None:
+    module = SinusoidalPositionalEncoding(8, max_len=4)
+    x = torch.zeros(1, 2, 8)
+    # a table on a device x is not on: only checkable with two devices; the check itself is
+    # the shared one, so here its message is checked through the same call on a copy
+    module.pe = module.pe.to("meta")
+    with pytest.raises(ValueError, match="x must be on the table pe's device meta"):
+        module(x)
+
+
+def test_empty_inputs_give_the_empty_answer() -> None:
+    assert sinusoidal_encoding(0, 4).shape == (0, 4)
+    module = SinusoidalPositionalEncoding(8, max_len=4)
+    assert module(torch.zeros(2, 0, 8)).shape == (2, 0, 8)
+    assert sinusoidal_dot_products(torch.zeros(0, 3), 8).shape == (0, 3)
+
+
+@given(
+    num_positions=st.integers(0, 64),
+    dim=st.integers(1, 32).map(lambda n: 2 * n),
+    base=st.one_of(st.floats(1.001, 1e6), st.integers(2, 10**6)),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]),
+    k=st.one_of(st.integers(-(10**6), 10**6), st.floats(-1e6, 1e6)),
+)
+def test_valid_random_inputs_never_raise(num_positions, dim, base, dtype, k) -> None:
+    pe = sinusoidal_encoding(num_positions, dim, base=base, dtype=dtype)
+    assert pe.shape == (num_positions, dim) and pe.dtype == dtype
+    assert bool(torch.isfinite(pe).all())
+    assert sinusoidal_frequencies(dim, base=base).shape == (dim // 2,)
+    assert sinusoidal_wavelengths(dim, base=base).shape == (dim // 2,)
+    assert shift_matrix(k, dim, base=base, dtype=dtype).shape == (dim, dim)
+    offsets = torch.arange(-num_positions, num_positions + 1)
+    assert sinusoidal_dot_products(offsets, dim, base=base).shape == offsets.shape
+    module = SinusoidalPositionalEncoding(dim, max_len=max(num_positions, 1), base=base)
+    x = torch.zeros(2, num_positions, dim, dtype=dtype)
+    assert module(x).shape == x.shape
 
 
 # ---------------------------------------------------------------------------------- checkers
