@@ -4,27 +4,342 @@ Each helper takes a matplotlib :class:`~matplotlib.axes.Axes`, draws on it, labe
 returns it. None of them changes global settings (no ``plt.style.use``, no ``rcParams``), so a
 learner's own plots are left alone. Tensors are moved to the CPU and converted to NumPy here,
 at the plotting boundary.
+
+Most helpers draw *named series against x* (one labelled line per entry of a dict); they are
+thin callers of :func:`named_series`, which also gives every line its colour. The same scheme
+keeps the same colour in every chapter: a series whose label names an entry of
+:data:`SCHEME_COLORS` (``"rope"``, ``"ALiBi"``, ``"pre-LN"``, ``"YaRN"``, ``"torch"``...) is drawn
+in that colour; other series take the first colours of matplotlib's ``tab10`` cycle that the
+figure's schemes leave free.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+
 import numpy as np
 import torch
+from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
+
+from companion import _validate
+
+__all__ = [
+    "SCHEME_COLORS",
+    "accuracy_by_length",
+    "curves",
+    "encoding_columns",
+    "error_vs_position",
+    "heatmap",
+    "layer_profile",
+    "loglog_curves",
+    "masked_heatmap",
+    "named_series",
+    "padded_batch_diagram",
+    "ratio_bars",
+    "scheme_color",
+    "to_numpy",
+    "training_curves",
+    "wavelength_curves",
+]
+
+# ---- Colours: one per scheme, the same in every chapter ----------------------------------
+
+#: One colour per position scheme, context-extension method, normalization, implementation and
+#: dtype the chapters compare. Read-only. Groups that appear together in a figure have distinct
+#: colours; tab10 hues for schemes, PyTorch/Hugging Face/Meta brand hues for implementations.
+SCHEME_COLORS: Mapping[str, str] = MappingProxyType(
+    {
+        # position schemes (chapters 01, 02, 06)
+        "none": "#7f7f7f",
+        "sinusoidal": "#1f77b4",
+        "learned": "#8c564b",
+        "rope": "#d62728",
+        "alibi": "#2ca02c",
+        # context extension (chapter 03)
+        "pi": "#ff7f0e",
+        "ntk": "#9467bd",
+        "dynamic-ntk": "#e377c2",
+        "yarn": "#17becf",
+        "llama3": "#bcbd22",
+        # normalization and where it sits (chapter 05)
+        "batch": "#7570b3",
+        "layer": "#1b9e77",
+        "rms": "#d95f02",
+        "pre-ln": "#66a61e",
+        "post-ln": "#e7298a",
+        # implementations compared (chapters 02, 04, 07)
+        "companion": "#222222",
+        "torch": "#ee4c2c",
+        "hf": "#e6a100",
+        "meta": "#0668e1",
+        # dtypes (chapters 02, 07)
+        "float64": "#56b4e9",
+        "float32": "#0072b2",
+        "bfloat16": "#cc79a7",
+        "float16": "#009e73",
+    }
+)
+
+# Other spellings of each scheme (compared after lower-casing, dropping a trailing
+# parenthetical and turning spaces and underscores into hyphens).
+_OTHER_NAMES = {
+    "none": "no-scaling nope no-positions",
+    "sinusoidal": "sin sinusoidal-encoding",
+    "learned": "absolute learned-absolute",
+    "rope": "rotary",
+    "pi": "linear position-interpolation",
+    "ntk": "ntk-aware",
+    "dynamic-ntk": "dynamic dynamic-ntk-aware",
+    "llama3": "llama-3",
+    "batch": "batchnorm batch-norm",
+    "layer": "layernorm layer-norm",
+    "rms": "rmsnorm rms-norm",
+    "pre-ln": "pre-layernorm",
+    "post-ln": "post-layernorm",
+    "companion": "ours",
+    "torch": "pytorch",
+    "hf": "huggingface hugging-face transformers",
+    "float64": "fp64",
+    "float32": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+}
+_ALIASES = {alias: key for key, names in _OTHER_NAMES.items() for alias in names.split()}
+# matplotlib's default colour cycle, for series that name no scheme
+_TAB10 = tuple(to_hex(c) for c in colormaps["tab10"].colors)
 
 
-def _check_ax(ax: object) -> None:
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+def _scheme_key(label: str) -> str | None:
+    key = re.sub(r"\s*\([^()]*\)\s*$", "", label.strip().lower())
+    key = re.sub(r"[\s_]+", "-", key)
+    key = _ALIASES.get(key, key)
+    return key if key in SCHEME_COLORS else None
 
 
-def to_numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
-    """A float64 NumPy copy of ``x`` (detached, on the CPU), for plotting."""
+def scheme_color(name: str) -> str:
+    """The colour of a scheme, as a hex string: ``scheme_color("RoPE") == SCHEME_COLORS["rope"]``.
+
+    Case, spaces, underscores and a trailing parenthetical do not matter, and common other
+    names are understood (``"position interpolation"`` is ``"pi"``, ``"RMSNorm"`` is
+    ``"rms"``, ``"Hugging Face"`` is ``"hf"``).
+
+    Args:
+        name: a key of :data:`SCHEME_COLORS` or one of its other spellings.
+
+    Returns:
+        The colour, e.g. ``"#d62728"`` for RoPE.
+    """
+    _validate.instance("name", name, str, "a str")
+    key = _scheme_key(name)
+    if key is None:
+        listed = ", ".join(repr(k) for k in SCHEME_COLORS)
+        raise ValueError(f"name must name a scheme ({listed}), got {name!r}")
+    return SCHEME_COLORS[key]
+
+
+# ---- Converting at the plotting boundary ---------------------------------------------------
+
+
+def to_numpy(x: torch.Tensor | np.ndarray, *, name: str = "x") -> np.ndarray:
+    """A float64 NumPy copy of ``x`` (detached, on the CPU), for plotting.
+
+    Args:
+        x: a real (floating, integer or bool) tensor or array.
+        name: the argument's name in an error message.
+
+    Returns:
+        A new float64 array.
+    """
     if isinstance(x, torch.Tensor):
+        _validate.tensor(name, x, dtype=("floating", "integer", "bool"))
         return x.detach().to("cpu", torch.float64).numpy()
-    if isinstance(x, np.ndarray):
-        return x.astype(np.float64, copy=True)
-    raise TypeError(f"x must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    _validate.instance(name, x, np.ndarray, "a torch.Tensor or numpy.ndarray")
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)) and (
+        x.dtype != np.bool_
+    ):
+        raise TypeError(f"{name} must be a real-valued array, got an array of dtype {x.dtype}")
+    return x.astype(np.float64, copy=True)
+
+
+def _values(name: str, values: object) -> np.ndarray:
+    """A 1-D float64 array from a tensor, an array or a list of numbers."""
+    if isinstance(values, (list, tuple)):
+        try:
+            values = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"{name} must be a 1-D tensor, array or list of numbers, got {values!r}"
+            ) from None
+    out = to_numpy(values, name=name)  # type: ignore[arg-type]
+    if out.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {out.shape}")
+    return out
+
+
+def _series(name: str, series: object, *, nonempty: bool = True) -> dict[str, np.ndarray]:
+    _validate.instance(name, series, Mapping, "a dict of label -> values")
+    if nonempty and not series:
+        raise ValueError(f"{name} must name at least one series, got an empty dict")
+    out = {}
+    for label, values in series.items():
+        _validate.instance(f"{name} label", label, str, "a str")
+        out[label] = _values(f"{name}[{label!r}]", values)
+    return out
+
+
+# ---- Named series against x: the one line-drawing loop ------------------------------------
+
+_SCALES = ("linear", "log", "log2")
+
+
+def named_series(
+    ax: Axes,
+    x: torch.Tensor | np.ndarray | Sequence[float] | None,
+    series: Mapping[str, torch.Tensor | np.ndarray | Sequence[float]],
+    *,
+    colors: Mapping[str, str] | None = None,
+    marker: str = "",
+    markersize: float | None = None,
+    xscale: str = "linear",
+    yscale: str = "linear",
+    floor: float | None = None,
+    spread: Mapping[str, tuple[object, object]] | None = None,
+    yerr: Mapping[str, object] | None = None,
+    legend: str = "auto",
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    names: tuple[str, str] = ("x", "series"),
+) -> Axes:
+    """Draw each named series as a labelled line against ``x``: the loop every helper shares.
+
+    Colours: ``colors[label]`` when given (a matplotlib colour or a scheme name), else the
+    scheme's colour when the label names one (:func:`scheme_color`), else the next ``tab10``
+    colour that no scheme in this call uses.
+
+    Args:
+        ax: the axes to draw on.
+        x: the abscissae, 1-D; ``None`` draws each series against ``1, 2, ..., n`` (layer
+            or block numbers).
+        series: label -> ordinates, each 1-D with the length of ``x``.
+        colors: label -> colour, overriding the automatic choice for those labels.
+        marker: a matplotlib marker for every line (e.g. ``"o"``, ``"."``).
+        markersize: the marker size in points (``None``: matplotlib's).
+        xscale: ``"linear"``, ``"log"`` (base 10) or ``"log2"``.
+        yscale: ``"linear"``, ``"log"`` or ``"log2"``.
+        floor: draw values below it at it (e.g. ``1e-300`` so exact zeros show on log axes).
+        spread: label -> ``(low, high)`` arrays, drawn as a shaded band in the line's colour.
+        yerr: label -> error-bar half-widths, drawn as error bars in the line's colour.
+        legend: ``"auto"`` (a legend when there are two or more series), ``"best"``,
+            ``"outside"`` (right of the axes, never over the data) or ``"none"``.
+        title: axes title.
+        xlabel: x-axis label.
+        ylabel: y-axis label.
+        names: the names of ``x`` and ``series`` in error messages (a helper that calls
+            this one with its own arguments, e.g. ``("positions", "errors")``, passes them).
+
+    Returns:
+        ``ax``.
+    """
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    xn, sn = names
+    xs = None if x is None else _values(xn, x)
+    data = _series(sn, series)
+    for scale_name, scale in (("xscale", xscale), ("yscale", yscale)):
+        _validate.choice(scale_name, scale, _SCALES)
+    _validate.choice("legend", legend, ("auto", "best", "outside", "none"))
+    _validate.instance("marker", marker, str, "a str")
+    markersize = _validate.optional(_validate.positive_real, "markersize", markersize)
+    floor = _validate.optional(_validate.real, "floor", floor)
+    extras = {}
+    for extra_name, extra in (("colors", colors), ("spread", spread), ("yerr", yerr)):
+        if extra is None:
+            continue
+        _validate.instance(extra_name, extra, Mapping, "a dict keyed by series label")
+        unknown = sorted(set(extra) - set(data))
+        if unknown:
+            raise ValueError(
+                f"{extra_name} must be keyed by labels of series {sorted(data)}, got {unknown}"
+            )
+        extras[extra_name] = extra
+    lines_x = {}
+    for label, ys in data.items():
+        lx = np.arange(1.0, len(ys) + 1) if xs is None else xs
+        if ys.shape != lx.shape:
+            raise ValueError(f"{sn} {label!r} has shape {ys.shape}, {xn} has shape {lx.shape}")
+        lines_x[label] = lx
+    bands = {}
+    for label, pair in extras.get("spread", {}).items():
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"spread[{label!r}] must be a (low, high) pair, got {pair!r}")
+        low, high = (_values(f"spread[{label!r}]", v) for v in pair)
+        if low.shape != data[label].shape or high.shape != data[label].shape:
+            raise ValueError(
+                f"spread[{label!r}] must hold two arrays of shape {data[label].shape}, "
+                f"got {low.shape} and {high.shape}"
+            )
+        bands[label] = (low, high)
+    errs = {}
+    for label, err in extras.get("yerr", {}).items():
+        e = _values(f"yerr[{label!r}]", err)
+        if e.shape != data[label].shape:
+            raise ValueError(f"yerr[{label!r}] must have shape {data[label].shape}, got {e.shape}")
+        errs[label] = e
+
+    chosen = dict(extras.get("colors", {}))
+    for label in data:
+        if label not in chosen and _scheme_key(label) is not None:
+            chosen[label] = SCHEME_COLORS[_scheme_key(label)]
+    chosen = {
+        k: scheme_color(v) if isinstance(v, str) and _scheme_key(v) else v
+        for k, v in chosen.items()
+    }
+    taken = {c for c in chosen.values() if isinstance(c, str)}
+    free = iter([c for c in _TAB10 if c not in taken] + list(_TAB10))
+    for label, ys in data.items():
+        color = chosen[label] if label in chosen else next(free)
+        if floor is not None:
+            ys = np.maximum(ys, floor)
+        style = {"marker": marker, "color": color, "label": label}
+        if markersize is not None:
+            style["markersize"] = markersize
+        if label in errs:
+            ax.errorbar(lines_x[label], ys, yerr=errs[label], capsize=3, **style)
+        else:
+            ax.plot(lines_x[label], ys, **style)
+        if label in bands:
+            ax.fill_between(lines_x[label], *bands[label], color=color, alpha=0.2, linewidth=0)
+    for setter, scale in ((ax.set_xscale, xscale), (ax.set_yscale, yscale)):
+        if scale == "log2":
+            setter("log", base=2)
+        elif scale == "log":
+            setter("log")
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if legend == "outside":
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    elif legend == "best" or (legend == "auto" and len(data) > 1):
+        ax.legend(loc="best", fontsize="small")
+    return ax
+
+
+# ---- Matrices as images ------------------------------------------------------------------
+
+
+def _colormap(cmap: object) -> None:
+    _validate.instance("cmap", cmap, str, "a matplotlib colormap name")
+    if cmap not in colormaps:
+        raise ValueError(f"cmap must be a matplotlib colormap name such as 'viridis', got {cmap!r}")
+
+
+def _matrix(name: str, matrix: object) -> np.ndarray:
+    m = to_numpy(matrix, name=name)  # type: ignore[arg-type]
+    if m.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {m.shape}")
+    return m
 
 
 def heatmap(
@@ -57,15 +372,26 @@ def heatmap(
     Returns:
         ``ax``.
     """
-    _check_ax(ax)
-    m = to_numpy(matrix)
-    if m.ndim != 2:
-        raise ValueError(f"matrix must be 2-D, got shape {m.shape}")
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    m = _matrix("matrix", matrix)
+    _colormap(cmap)
+    symmetric = _validate.flag("symmetric", symmetric)
+    colorbar = _validate.flag("colorbar", colorbar)
+    for name, labels, size in (
+        ("xticklabels", xticklabels, m.shape[1]),
+        ("yticklabels", yticklabels, m.shape[0]),
+    ):
+        if (
+            labels is not None
+            and len(_validate.instance(name, labels, Sequence, "a list of str")) != size
+        ):
+            raise ValueError(f"{name} must hold {size} labels, got {len(labels)}")
     if symmetric:
-        vmax = float(np.abs(m).max()) or 1.0
+        vmax = float(np.abs(m).max()) if m.size else 1.0
+        vmax = vmax or 1.0
         vmin = -vmax
     else:
-        vmin, vmax = float(m.min()), float(m.max())
+        vmin, vmax = (float(m.min()), float(m.max())) if m.size else (0.0, 1.0)
     image = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
     if colorbar:
         ax.figure.colorbar(image, ax=ax)
@@ -77,7 +403,44 @@ def heatmap(
     return ax
 
 
-# ---- Sinusoidal positional encoding (book/01_sinusoidal_encoding) ----
+def masked_heatmap(
+    ax: Axes,
+    matrix: torch.Tensor | np.ndarray,
+    *,
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    cmap: str = "viridis",
+    colorbar: bool = True,
+) -> Axes:
+    """Draw a 2-D matrix whose ``-inf``/``nan`` entries (masked positions) show in light grey.
+
+    Args:
+        ax: the axes to draw on.
+        matrix: a 2-D tensor or array, e.g. an attention bias with a causal mask.
+        title: axes title.
+        xlabel: x-axis label (columns).
+        ylabel: y-axis label (rows).
+        cmap: a matplotlib colormap name for the finite entries.
+        colorbar: add a colour bar next to the axes.
+
+    Returns:
+        ``ax``.
+    """
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    m = _matrix("matrix", matrix)
+    _colormap(cmap)
+    colorbar = _validate.flag("colorbar", colorbar)
+    masked = np.ma.masked_invalid(m)
+    colours = colormaps[cmap].with_extremes(bad="0.85")  # a copy: the registry is untouched
+    image = ax.imshow(masked, cmap=colours, aspect="auto", interpolation="nearest")
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    return ax
+
+
+# ---- Sinusoidal positional encoding (book/01_sinusoidal_encoding) ------------------------
 
 
 def encoding_columns(
@@ -89,6 +452,8 @@ def encoding_columns(
 ) -> Axes:
     """Plot selected columns of a position table ``(L, D)`` as curves over the position.
 
+    The legend sits to the right of the axes, off the waves.
+
     Args:
         ax: the axes to draw on.
         encoding: a 2-D table, rows are positions.
@@ -98,17 +463,23 @@ def encoding_columns(
     Returns:
         ``ax``.
     """
-    _check_ax(ax)
-    table = to_numpy(encoding)
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    table = to_numpy(encoding, name="encoding")
     if table.ndim != 2:
         raise ValueError(f"encoding must be 2-D (L, D), got shape {table.shape}")
-    for j in columns:
+    cols = _validate.int_sequence("columns", columns)
+    for j in cols:
         if not 0 <= j < table.shape[1]:
             raise ValueError(f"columns must lie in [0, {table.shape[1]}), got {j}")
-        ax.plot(np.arange(table.shape[0]), table[:, j], label=f"dim {j}")
-    ax.set(title=title, xlabel="position", ylabel="value")
-    ax.legend(loc="upper right", fontsize="small")
-    return ax
+    return named_series(
+        ax,
+        np.arange(table.shape[0]),
+        {f"dim {j}": table[:, j] for j in cols},
+        legend="outside",
+        title=title,
+        xlabel="position",
+        ylabel="value",
+    )
 
 
 def curves(
@@ -137,22 +508,20 @@ def curves(
     Returns:
         ``ax``.
     """
-    _check_ax(ax)
-    xs = to_numpy(x)
-    for label, y in series.items():
-        ys = to_numpy(y)
-        if ys.shape != xs.shape:
-            raise ValueError(f"series {label!r} has shape {ys.shape}, x has shape {xs.shape}")
-        ax.plot(xs, ys, marker=marker, label=label)
-    if logy:
-        ax.set_yscale("log")
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    if len(series) > 1:
-        ax.legend(fontsize="small")
-    return ax
+    logy = _validate.flag("logy", logy)
+    return named_series(
+        ax,
+        x,
+        series,
+        marker=marker,
+        yscale="log" if logy else "linear",
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+    )
 
 
-# ---- Normalization (book/05_normalization) ----
+# ---- Normalization (book/05_normalization) -----------------------------------------------
 
 
 def padded_batch_diagram(
@@ -188,25 +557,28 @@ def padded_batch_diagram(
     """
     from matplotlib.patches import Rectangle
 
-    _check_ax(ax)
-    if mode not in ("batch", "layer"):
-        raise ValueError(f"mode must be 'batch' or 'layer', got {mode!r}")
-    if not sentences or any(len(s) == 0 for s in sentences):
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    mode = _validate.choice("mode", mode, ("batch", "layer"))
+    _validate.instance("sentences", sentences, (list, tuple), "a list of token lists")
+    if not sentences or any(not isinstance(s, (list, tuple)) or len(s) == 0 for s in sentences):
         raise ValueError("sentences must be a non-empty list of non-empty token lists")
-    if not 0 <= feature < dim:
+    dim = _validate.positive_int("dim", dim)
+    feature = _validate.integer("feature", feature, minimum=0)
+    if not feature < dim:
         raise ValueError(f"feature must be in [0, {dim}), got {feature}")
-    length = max(len(s) for s in sentences)
-    b_tok, l_tok = token
-    if not (0 <= b_tok < len(sentences) and 0 <= l_tok < len(sentences[b_tok])):
+    _validate.instance("pad", pad, str, "a str")
+    b_tok, l_tok = _validate.int_sequence("token", token, minimum=0) + (0, 0)[len(token) :]
+    if len(token) != 2 or not (0 <= b_tok < len(sentences) and 0 <= l_tok < len(sentences[b_tok])):
         raise ValueError(f"token must index a real token, got {token}")
-    shade = "tab:orange" if mode == "batch" else "tab:blue"
+    length = max(len(s) for s in sentences)
+    shade = SCHEME_COLORS["batch"] if mode == "batch" else SCHEME_COLORS["layer"]
     gap = 1.6  # vertical space between sentences, room for the token labels
     cw = 2.0  # cell width: room for a token label
     for b, sent in enumerate(sentences):
         top = -b * (dim + gap)
         for pos in range(length):
             real = pos < len(sent)
-            label = sent[pos] if real else pad
+            label = str(sent[pos]) if real else pad
             ax.text(cw * (pos + 0.5), top + 0.3, label, ha="center", va="bottom", fontsize=9)
             for j in range(dim):
                 chosen = (mode == "batch" and j == feature) or (
@@ -254,7 +626,8 @@ def layer_profile(
 
     Args:
         ax: the axes to draw on.
-        series: a name -> values-per-layer mapping; each becomes a line with markers.
+        series: a name -> values-per-layer mapping; each becomes a line with markers against
+            the layer number 1, 2, ..., n (models of different depths may share the axes).
         xlabel: x-axis label.
         ylabel: y-axis label.
         title: axes title.
@@ -263,20 +636,33 @@ def layer_profile(
     Returns:
         ``ax``.
     """
-    _check_ax(ax)
-    if not series:
-        raise ValueError("series must name at least one line")
-    for name, values in series.items():
-        v = to_numpy(values) if isinstance(values, torch.Tensor) else np.asarray(values, float)
-        ax.plot(np.arange(1, len(v) + 1), v, marker="o", markersize=3, label=name)
-    if logy:
-        ax.set_yscale("log")
-    ax.legend()
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    return ax
+    logy = _validate.flag("logy", logy)
+    return named_series(
+        ax,
+        None,
+        series,
+        marker="o",
+        markersize=3,
+        yscale="log" if logy else "linear",
+        legend="best",
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+    )
 
 
-# ---- Beyond the training length: ALiBi and RoPE context extension (book/03_context_extension) ----
+# ---- Beyond the training length (book/03_context_extension) ------------------------------
+
+
+def _vertical_markers(ax: Axes, markers: object) -> None:
+    if markers is None:
+        return
+    _validate.instance("markers", markers, Mapping, "a dict of label -> length")
+    for k, (label, length) in enumerate(markers.items()):
+        value = _validate.real(f"markers[{label!r}]", length)
+        ax.axvline(
+            value, color="0.35", linestyle=("--", ":", "-.")[k % 3], linewidth=1, label=label
+        )
 
 
 def wavelength_curves(
@@ -295,7 +681,7 @@ def wavelength_curves(
         ax: the axes to draw on.
         wavelengths: the wavelength of each pair in tokens, 1-D (the x axis, logarithmic).
         series: label -> one value per pair, each with the length of ``wavelengths``.
-        markers: label -> a length in tokens, drawn as a dashed vertical line (e.g. the
+        markers: label -> a length in tokens, drawn as a grey dashed vertical line (e.g. the
             training length).
         title: axes title.
         ylabel: y-axis label.
@@ -304,63 +690,27 @@ def wavelength_curves(
     Returns:
         ``ax``.
     """
-    _check_ax(ax)
-    xs = to_numpy(wavelengths)
-    for label, y in series.items():
-        ys = to_numpy(y)
-        if ys.shape != xs.shape:
-            raise ValueError(f"series {label!r} has shape {ys.shape}, x has shape {xs.shape}")
-        ax.plot(xs, ys, marker=".", markersize=4, label=label)
-    for k, (label, length) in enumerate((markers or {}).items()):
-        ax.axvline(float(length), color=f"C{7 + k % 3}", linestyle="--", linewidth=1, label=label)
-    ax.set_xscale("log")
-    if logy:
-        ax.set_yscale("log")
-    ax.set(title=title, xlabel="wavelength of the pair (tokens, log scale)", ylabel=ylabel)
+    logy = _validate.flag("logy", logy)
+    named_series(
+        ax,
+        wavelengths,
+        series,
+        marker=".",
+        markersize=4,
+        xscale="log",
+        yscale="log" if logy else "linear",
+        legend="none",
+        title=title,
+        xlabel="wavelength of the pair (tokens, log scale)",
+        ylabel=ylabel,
+        names=("wavelengths", "series"),
+    )
+    _vertical_markers(ax, markers)
     ax.legend(fontsize="small")
     return ax
 
 
-def masked_heatmap(
-    ax: Axes,
-    matrix: torch.Tensor | np.ndarray,
-    *,
-    title: str = "",
-    xlabel: str = "",
-    ylabel: str = "",
-    cmap: str = "viridis",
-    colorbar: bool = True,
-) -> Axes:
-    """Draw a 2-D matrix whose ``-inf``/``nan`` entries (masked positions) show in light grey.
-
-    Args:
-        ax: the axes to draw on.
-        matrix: a 2-D tensor or array, e.g. an attention bias with a causal mask.
-        title: axes title.
-        xlabel: x-axis label (columns).
-        ylabel: y-axis label (rows).
-        cmap: a matplotlib colormap name for the finite entries.
-        colorbar: add a colour bar next to the axes.
-
-    Returns:
-        ``ax``.
-    """
-    import matplotlib as mpl
-
-    _check_ax(ax)
-    m = to_numpy(matrix)
-    if m.ndim != 2:
-        raise ValueError(f"matrix must be 2-D, got shape {m.shape}")
-    masked = np.ma.masked_invalid(m)
-    colours = mpl.colormaps[cmap].with_extremes(bad="0.85")  # a copy: the registry is untouched
-    image = ax.imshow(masked, cmap=colours, aspect="auto", interpolation="nearest")
-    if colorbar:
-        ax.figure.colorbar(image, ax=ax)
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    return ax
-
-
-# ---- Rotary position embedding (book/02_rope) ----
+# ---- Rotary position embedding (book/02_rope) --------------------------------------------
 
 
 def error_vs_position(
@@ -377,7 +727,8 @@ def error_vs_position(
     Args:
         ax: the axes to draw on.
         positions: the positions (abscissae), 1-D and positive.
-        errors: label -> errors, each 1-D with the length of ``positions``, positive.
+        errors: label -> errors, each 1-D with the length of ``positions``; exact zeros are
+            drawn at 1e-300.
         levels: label -> a constant drawn as a dashed line (e.g. a dtype's rounding).
         title: axes title.
         ylabel: y-axis label.
@@ -385,15 +736,27 @@ def error_vs_position(
     Returns:
         ``ax``.
     """
-    _check_ax(ax)
-    xs = to_numpy(positions)
-    if xs.ndim != 1 or (xs <= 0).any():
-        raise ValueError(f"positions must be 1-D and positive, got shape {xs.shape}")
-    for label, err in errors.items():
-        ys = to_numpy(err)
-        if ys.shape != xs.shape:
-            raise ValueError(f"errors {label!r} has shape {ys.shape}, positions has {xs.shape}")
-        ax.plot(xs, np.maximum(ys, 1e-300), marker=".", label=label)
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    xs = _values("positions", positions)
+    if (xs <= 0).any():
+        raise ValueError(f"positions must be 1-D and positive, got {xs.tolist()[:4]}...")
+    if levels is not None:
+        _validate.instance("levels", levels, Mapping, "a dict of label -> value")
+        levels = {k: _validate.positive_real(f"levels[{k!r}]", v) for k, v in levels.items()}
+    named_series(
+        ax,
+        xs,
+        errors,
+        marker=".",
+        xscale="log2",
+        yscale="log",
+        floor=1e-300,
+        legend="none",
+        title=title,
+        xlabel="position m",
+        ylabel=ylabel,
+        names=("positions", "errors"),
+    )
     for label, value in (levels or {}).items():
         ax.axhline(value, linestyle="--", linewidth=0.8, color="gray")
         ax.annotate(
@@ -404,14 +767,11 @@ def error_vs_position(
             fontsize="small",
             color="gray",
         )
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set(title=title, xlabel="position m", ylabel=ylabel)
     ax.legend(fontsize="small")
     return ax
 
 
-# ---- Attention, from alignment scores to FlashAttention's trick (book/04_attention) ----
+# ---- Attention, from alignment scores to FlashAttention's trick (book/04_attention) -------
 
 
 def loglog_curves(
@@ -441,27 +801,29 @@ def loglog_curves(
     Returns:
         ``ax``.
     """
-    _check_ax(ax)
-    xs = to_numpy(x)
-    if not series:
-        raise ValueError("series must hold at least one curve")
-    for label, y in series.items():
-        ys = to_numpy(y)
-        if ys.shape != xs.shape:
-            raise ValueError(f"series {label!r} has shape {ys.shape}, x has shape {xs.shape}")
-        ax.plot(xs, ys, marker="o", label=label)
-    if reference_power is not None:
-        anchor = to_numpy(next(iter(series.values())))[-1]
-        guide = anchor * (xs / xs[-1]) ** reference_power
-        ax.plot(xs, guide, linestyle="--", color="0.5", label=f"∝ x^{reference_power:g}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    power = _validate.optional(_validate.real, "reference_power", reference_power)
+    named_series(
+        ax,
+        x,
+        series,
+        marker="o",
+        xscale="log2",
+        yscale="log",
+        legend="none",
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+    )
+    if power is not None:
+        xs = _values("x", x)
+        anchor = _values("series", next(iter(series.values())))[-1]
+        guide = anchor * (xs / xs[-1]) ** power
+        ax.plot(xs, guide, linestyle="--", color="0.5", label=f"∝ x^{power:g}")
     ax.legend(fontsize="small")
     return ax
 
 
-# ---- A tiny Transformer (book/06_tiny_transformer) ----
+# ---- A tiny Transformer (book/06_tiny_transformer) ---------------------------------------
 
 
 def training_curves(
@@ -475,29 +837,46 @@ def training_curves(
 
     Args:
         ax: the axes to draw on.
-        runs: label -> list of per-run loss sequences (all of one length).
+        runs: label -> list of per-run loss sequences (all of one length, at least
+            ``smooth`` steps).
         smooth: width of the moving average applied to each run (1 for none).
         title: axes title.
 
     Returns:
         ``ax``.
     """
-    _check_ax(ax)
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    _validate.instance("runs", runs, Mapping, "a dict of label -> list of runs")
     if not runs:
-        raise ValueError("runs must hold at least one label")
-    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
-        raise ValueError(f"smooth must be a positive int, got {smooth!r}")
+        raise ValueError("runs must hold at least one label, got an empty dict")
+    smooth = _validate.positive_int("smooth", smooth)
     kernel = np.ones(smooth) / smooth
+    mean, spread, steps = {}, {}, None
     for label, losses in runs.items():
-        curves_ = np.array(
-            [np.convolve(np.asarray(run, float), kernel, mode="valid") for run in losses]
-        )
-        steps = np.arange(curves_.shape[1]) + smooth
-        ax.plot(steps, curves_.mean(axis=0), label=label)
-        ax.fill_between(steps, curves_.min(axis=0), curves_.max(axis=0), alpha=0.2)
-    ax.set(xlabel="training step", ylabel="cross-entropy loss", title=title)
-    ax.legend(fontsize="small")
-    return ax
+        _validate.instance(f"runs[{label!r}]", losses, (list, tuple), "a list of runs")
+        per_run = [_values(f"runs[{label!r}][{i}]", run) for i, run in enumerate(losses)]
+        if not per_run or len({len(r) for r in per_run}) != 1 or len(per_run[0]) < smooth:
+            raise ValueError(
+                f"runs[{label!r}] must hold runs of one length >= smooth = {smooth}, "
+                f"got lengths {[len(r) for r in per_run]}"
+            )
+        smoothed = np.array([np.convolve(r, kernel, mode="valid") for r in per_run])
+        label_steps = np.arange(smoothed.shape[1]) + smooth
+        if steps is not None and label_steps.shape != steps.shape:
+            raise ValueError(f"runs must all have one length, runs[{label!r}] differs")
+        steps = label_steps
+        mean[label] = smoothed.mean(axis=0)
+        spread[label] = (smoothed.min(axis=0), smoothed.max(axis=0))
+    return named_series(
+        ax,
+        steps,
+        mean,
+        spread=spread,
+        legend="best",
+        title=title,
+        xlabel="training step",
+        ylabel="cross-entropy loss",
+    )
 
 
 def accuracy_by_length(
@@ -518,25 +897,40 @@ def accuracy_by_length(
     Returns:
         ``ax``.
     """
-    _check_ax(ax)
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    lengths = _validate.int_sequence("lengths", lengths, minimum=1)
+    train_length = _validate.positive_int("train_length", train_length)
+    _validate.instance("results", results, Mapping, "a dict of scheme -> accuracies")
+    if not results:
+        raise ValueError("results must hold at least one scheme, got an empty dict")
+    accuracies = {}
     for label, acc in results.items():
-        a = to_numpy(acc)
+        a = to_numpy(acc, name=f"results[{label!r}]")
         if a.ndim != 2 or a.shape[1] != len(lengths):
             raise ValueError(
                 f"results[{label!r}] must have shape (seeds, {len(lengths)}), got {a.shape}"
             )
-        ax.errorbar(lengths, a.mean(axis=0), yerr=a.std(axis=0), marker="o", capsize=3, label=label)
-    ax.axvline(train_length, color="grey", linestyle="--", label="training length")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(lengths), labels=[str(n) for n in lengths])
-    ax.set(
-        xlabel="evaluation length", ylabel="accuracy", ylim=(0, 1.05), title="accuracy vs length"
+        accuracies[label] = a
+    named_series(
+        ax,
+        np.asarray(lengths, dtype=np.float64),
+        {label: a.mean(axis=0) for label, a in accuracies.items()},
+        yerr={label: a.std(axis=0) for label, a in accuracies.items()},
+        marker="o",
+        xscale="log2",
+        legend="none",
+        title="accuracy vs length",
+        xlabel="evaluation length",
+        ylabel="accuracy",
     )
+    ax.axvline(train_length, color="grey", linestyle="--", label="training length")
+    ax.set_xticks(list(lengths), labels=[str(n) for n in lengths])
+    ax.set_ylim(0, 1.05)
     ax.legend(fontsize="small")
     return ax
 
 
-# ---- Performance and precision (book/07_performance) ----
+# ---- Performance and precision (book/07_performance) -------------------------------------
 
 
 def ratio_bars(
@@ -559,15 +953,18 @@ def ratio_bars(
     Returns:
         ``ax``.
     """
-    _check_ax(ax)
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    _validate.instance("ratios", ratios, Mapping, "a dict of label -> ratio")
     if not ratios:
-        raise ValueError("ratios must hold at least one bar")
+        raise ValueError("ratios must hold at least one bar, got an empty dict")
     labels = list(ratios)
-    values = np.array([float(ratios[k]) for k in labels])
-    if not np.isfinite(values).all() or (values <= 0).any():
-        raise ValueError(f"ratios must be finite and positive, got {values.tolist()}")
+    values = np.array(
+        [_validate.real(f"ratios[{k!r}]", ratios[k], exclusive_minimum=0.0) for k in labels]
+    )
+    _validate.instance("reference", reference, str, "a str")
     ys = np.arange(len(labels))[::-1]
-    ax.barh(ys, values, color="C0")
+    colours = [SCHEME_COLORS[_scheme_key(k)] if _scheme_key(k) else "#1f77b4" for k in labels]
+    ax.barh(ys, values, color=colours)
     for y, value in zip(ys, values, strict=True):
         ax.annotate(
             f"{value:.2f}",
