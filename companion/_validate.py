@@ -399,7 +399,7 @@ def attention_inputs(
     (batch, head) shape."""
     query = tensor("query", query, min_ndim=2, meaning="(..., L, D)")
     key = tensor_like("key", key, "query", query, min_ndim=2, meaning="(..., S, D)")
-    same_size("query", query, -1, "key", key, -1, "feature width D")
+    same_size("query", query, -1, "key", key, -1, "feature-width (D)")
     if positive_width and query.shape[-1] == 0:
         raise ValueError(
             f"query must have a positive feature width D, got shape {tuple(query.shape)}"
@@ -407,7 +407,7 @@ def attention_inputs(
     shapes = [query.shape[:-2], key.shape[:-2]]
     if value is not None:
         value = tensor_like("value", value, "query", query, min_ndim=2, meaning="(..., S, Dv)")
-        same_size("key", key, -2, "value", value, -2, "length S")
+        same_size("key", key, -2, "value", value, -2, "length (S)")
         shapes.append(value.shape[:-2])
     names = "query, key and value" if value is not None else "query and key"
     return broadcastable(names, shapes, "their leading (batch, head) dimensions")

@@ -25,14 +25,14 @@ mask is **added** to the scores (``-inf`` blocks). Masks broadcast to ``(..., L,
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable
 from typing import Literal
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+
+from companion import _validate
+from companion.performance import _TensorWatch
 
 __all__ = [
     "MultiHeadAttention",
@@ -49,109 +49,21 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------------------------------------
-# Validation helpers
-# ---------------------------------------------------------------------------------------------
-
-
-def _check_tensor(x: object, name: str, *, min_ndim: int = 2) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating-point dtype, got {x.dtype}")
-    if x.ndim < min_ndim:
-        raise ValueError(
-            f"{name} must have at least {min_ndim} dimensions (..., length, features), "
-            f"got shape {tuple(x.shape)}"
-        )
-    return x
-
-
-def _check_same(reference: torch.Tensor, other: torch.Tensor, name: str) -> None:
-    if other.dtype != reference.dtype:
-        raise TypeError(f"{name} must have query's dtype {reference.dtype}, got {other.dtype}")
-    if other.device != reference.device:
-        raise ValueError(f"{name} must be on query's device {reference.device}, got {other.device}")
-
-
-def _check_qkv(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor | None
-) -> tuple[int, ...]:
-    """Validate query/key(/value); return the broadcast batch shape."""
-    _check_tensor(query, "query")
-    _check_tensor(key, "key")
-    _check_same(query, key, "key")
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            "query and key must have the same feature width D, got query "
-            f"{tuple(query.shape)} and key {tuple(key.shape)}"
-        )
-    shapes = [query.shape[:-2], key.shape[:-2]]
-    if value is not None:
-        _check_tensor(value, "value")
-        _check_same(query, value, "value")
-        if value.shape[-2] != key.shape[-2]:
-            raise ValueError(
-                "key and value must have the same length S, got key "
-                f"{tuple(key.shape)} and value {tuple(value.shape)}"
-            )
-        shapes.append(value.shape[:-2])
-    try:
-        batch = torch.broadcast_shapes(*shapes)
-    except RuntimeError:
-        raise ValueError(
-            "the leading (batch, head) dimensions of query, key and value must broadcast, got "
-            f"{[tuple(s) for s in shapes]}"
-        ) from None
-    return tuple(batch)
-
-
-def _check_scale(scale: object, head_dim: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a positive finite number, got {scale}")
-    return float(scale)
-
-
-def _check_flag(flag: object, name: str) -> bool:
-    if not isinstance(flag, bool):
-        raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-    return flag
-
-
-def _check_mask(mask: object, scores_shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
-    if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(
-            f"mask must be boolean (True = may attend) or floating (added to the scores), "
-            f"got {mask.dtype}"
-        )
-    if mask.device != device:
-        raise ValueError(f"mask must be on query's device {device}, got {mask.device}")
-    try:
-        ok = tuple(torch.broadcast_shapes(mask.shape, scores_shape)) == tuple(scores_shape)
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"mask must broadcast to the scores' shape (..., L, S) = {tuple(scores_shape)}, "
-            f"got {tuple(mask.shape)}"
-        )
-    return mask
+# ---- computing in float32 ------------------------------------------------------------
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half-precision inputs are scored and normalised in float32, then cast back."""
+    """Half-precision inputs are scored and normalized in float32, then cast back."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-# ---------------------------------------------------------------------------------------------
-# Alignment scores before the Transformer
-# ---------------------------------------------------------------------------------------------
+def _scale(scale: object, query: torch.Tensor) -> float:
+    """The factor on the scores: ``scale`` validated, or ``1/sqrt(D)``."""
+    scale = _validate.optional(_validate.positive_real, "scale", scale)
+    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+
+
+# ---- alignment scores before the Transformer -----------------------------------------
 
 
 def dot_score(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
@@ -169,11 +81,13 @@ def dot_score(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         key: ``(..., S, D)``.
         output: ``(..., L, S)``.
     """
-    _check_qkv(query, key, None)
+    _validate.attention_inputs(query, key, positive_width=False)
     return query @ key.transpose(-2, -1)  # (..., L, S)
 
 
-def general_score(query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tensor) -> torch.Tensor:
+def general_score(
+    query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tensor
+) -> torch.Tensor:
     r"""Luong et al.'s *general* (bilinear) score :math:`q^\top W k`.
 
     With ``weight`` the identity it is :func:`dot_score`; unlike it, the query and key widths
@@ -193,14 +107,15 @@ def general_score(query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tenso
         weight: ``(Dq, Dk)``.
         output: ``(..., L, S)``.
     """
-    _check_tensor(query, "query")
-    _check_tensor(key, "key")
-    _check_tensor(weight, "weight")
-    if weight.shape != (query.shape[-1], key.shape[-1]):
-        raise ValueError(
-            f"weight must have shape (Dq, Dk) = {(query.shape[-1], key.shape[-1])}, "
-            f"got {tuple(weight.shape)}"
-        )
+    query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
+    key = _validate.tensor_like(
+        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
+    )
+    weight = _validate.tensor_like("weight", weight, "query", query, ndim=2)
+    _validate.shape("weight", weight, (query.shape[-1], key.shape[-1]), "(Dq, Dk)")
+    _validate.broadcastable(
+        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
+    )
     return (query @ weight) @ key.transpose(-2, -1)  # (..., L, Dk) @ (..., Dk, S)
 
 
@@ -237,19 +152,20 @@ def additive_score(
         v: ``(A,)``.
         output: ``(..., L, S)``.
     """
-    _check_tensor(query, "query")
-    _check_tensor(key, "key")
-    _check_tensor(v, "v", min_ndim=1)
-    hidden = v.shape[-1]
-    for w, name, width in (
-        (query_weight, "query_weight", query.shape[-1]),
-        (key_weight, "key_weight", key.shape[-1]),
+    query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
+    key = _validate.tensor_like(
+        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
+    )
+    v = _validate.tensor_like("v", v, "query", query, ndim=1, meaning="(A,)")
+    for name, w, width in (
+        ("query_weight", query_weight, query.shape[-1]),
+        ("key_weight", key_weight, key.shape[-1]),
     ):
-        _check_tensor(w, name)
-        if w.shape != (hidden, width):
-            raise ValueError(
-                f"{name} must have shape (A, {width}) with A = len(v) = {hidden}, got {tuple(w.shape)}"
-            )
+        w = _validate.tensor_like(name, w, "query", query, ndim=2)
+        _validate.shape(name, w, (v.shape[0], width), "(A, D) with A = len(v)")
+    _validate.broadcastable(
+        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
+    )
     wq = query @ query_weight.T  # (..., L, A)
     uk = key @ key_weight.T  # (..., S, A)
     hidden_pairs = torch.tanh(wq.unsqueeze(-2) + uk.unsqueeze(-3))  # (..., L, S, A)
@@ -282,26 +198,25 @@ def concat_score(
         v: ``(A,)``.
         output: ``(..., L, S)``.
     """
-    _check_tensor(query, "query")
-    _check_tensor(key, "key")
-    _check_tensor(weight, "weight")
-    _check_tensor(v, "v", min_ndim=1)
+    query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
+    key = _validate.tensor_like(
+        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
+    )
+    weight = _validate.tensor_like("weight", weight, "query", query, ndim=2)
+    v = _validate.tensor_like("v", v, "query", query, ndim=1, meaning="(A,)")
     width = query.shape[-1] + key.shape[-1]
-    if weight.shape != (v.shape[-1], width):
-        raise ValueError(
-            f"weight must have shape (A, Dq + Dk) = {(v.shape[-1], width)}, got {tuple(weight.shape)}"
-        )
+    _validate.shape("weight", weight, (v.shape[0], width), "(A, Dq + Dk)")
+    batch = _validate.broadcastable(
+        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
+    )
     L, S = query.shape[-2], key.shape[-2]
-    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
     q = query.unsqueeze(-2).expand(*batch, L, S, query.shape[-1])  # (..., L, S, Dq)
     k = key.unsqueeze(-3).expand(*batch, L, S, key.shape[-1])  # (..., L, S, Dk)
     pairs = torch.cat([q, k], dim=-1)  # (..., L, S, Dq + Dk)
     return torch.tanh(pairs @ weight.T) @ v  # (..., L, S)
 
 
-# ---------------------------------------------------------------------------------------------
-# Scaled dot-product attention
-# ---------------------------------------------------------------------------------------------
+# ---- scaled dot-product attention ----------------------------------------------------
 
 
 def causal_mask(
@@ -321,8 +236,8 @@ def causal_mask(
     The two agree when ``L == S``.
 
     Args:
-        query_length: ``L``.
-        key_length: ``S``.
+        query_length: ``L``, an int >= 0.
+        key_length: ``S``, an int >= 0.
         alignment: ``"top_left"`` or ``"bottom_right"``.
         device: where to create the mask.
 
@@ -332,20 +247,20 @@ def causal_mask(
     Shape:
         output: ``(L, S)``.
     """
-    for name, n in (("query_length", query_length), ("key_length", key_length)):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-        if n < 1:
-            raise ValueError(f"{name} must be positive, got {n}")
-    if alignment not in ("top_left", "bottom_right"):
-        raise ValueError(f"alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
+    query_length = _validate.nonnegative_int("query_length", query_length)
+    key_length = _validate.nonnegative_int("key_length", key_length)
+    _validate.choice("alignment", alignment, ("top_left", "bottom_right"))
+    device = _validate.device("device", device)
     offset = 0 if alignment == "top_left" else key_length - query_length
     ones = torch.ones(query_length, key_length, dtype=torch.bool, device=device)
     return ones.tril(diagonal=offset)  # True where j <= i + offset
 
 
 def _masked_softmax(scores: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last axis; a row whose scores are all -inf gives zeros, not NaN."""
+    """Softmax over the last axis; a row whose scores are all -inf gives zeros, not NaN,
+    and so does a row with no keys at all (S = 0: an empty row)."""
+    if scores.shape[-1] == 0:
+        return scores
     row_max = scores.amax(dim=-1, keepdim=True)
     row_max = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
     e = torch.exp(scores - row_max)  # largest finite entry -> exp(0) = 1; -inf -> 0
@@ -353,25 +268,39 @@ def _masked_softmax(scores: torch.Tensor) -> torch.Tensor:
     return e / torch.where(total == 0, torch.ones_like(total), total)
 
 
+def _inputs(
+    query: object,
+    key: object,
+    value: object,
+    mask: object,
+    is_causal: object,
+    scale: object,
+) -> tuple[tuple[int, ...], torch.Tensor | None, float]:
+    """The attention functions' arguments, validated: the broadcast batch shape, the mask
+    and the scale."""
+    batch = _validate.attention_inputs(query, key, value)
+    is_causal = _validate.flag("is_causal", is_causal)
+    scale = _scale(scale, query)
+    if mask is not None:
+        shape = (*batch, query.shape[-2], key.shape[-2])
+        mask = _validate.mask("mask", mask, shape, "query", query)
+        if is_causal:
+            raise ValueError(
+                "mask must be None when is_causal=True (give one or the other, as torch "
+                "documents); combine causal_mask(L, S) & mask yourself"
+            )
+    return batch, mask, scale
+
+
 def _weights(
     query: torch.Tensor,
     key: torch.Tensor,
     mask: torch.Tensor | None,
     is_causal: bool,
-    scale: float | None,
-    batch: tuple[int, ...],
+    scale: float,
 ) -> torch.Tensor:
     """Attention weights in the compute dtype (float32 for half inputs)."""
     L, S = query.shape[-2], key.shape[-2]
-    scale = _check_scale(scale, query.shape[-1])
-    _check_flag(is_causal, "is_causal")
-    if mask is not None:
-        if is_causal:
-            raise ValueError(
-                "give either mask or is_causal=True, not both (as torch documents); "
-                "combine causal_mask(L, S) & mask yourself"
-            )
-        mask = _check_mask(mask, (*batch, L, S), query.device)
     dtype = _compute_dtype(query.dtype)
     scores = (query.to(dtype) @ key.to(dtype).transpose(-2, -1)) * scale  # (..., L, S)
     if is_causal:
@@ -407,7 +336,9 @@ def attention_weights(
     ``scaled_dot_product_attention`` also returns zeros there on the CPU (fused and math
     paths alike, torch 2.13); :class:`torch.nn.MultiheadAttention` returns NaN.
 
-    Half-precision inputs are scored and normalised in float32; the result has the input's dtype.
+    Half-precision inputs are scored and normalized in float32; the result has the input's
+    dtype. With no keys (``S = 0``) every row is empty and every output is zero, like a
+    fully masked row; ``D`` must be positive (the default scale is :math:`1/\sqrt{D}`).
 
     Args:
         query: queries.
@@ -424,8 +355,8 @@ def attention_weights(
         key: ``(..., S, D)``.
         output: ``(..., L, S)``.
     """
-    batch = _check_qkv(query, key, None)
-    return _weights(query, key, mask, is_causal, scale, batch).to(query.dtype)
+    _, mask, scale = _inputs(query, key, None, mask, is_causal, scale)
+    return _weights(query, key, mask, is_causal, scale).to(query.dtype)
 
 
 def scaled_dot_product_attention(
@@ -464,14 +395,12 @@ def scaled_dot_product_attention(
         value: ``(..., S, Dv)``.
         output: ``(..., L, Dv)``.
     """
-    batch = _check_qkv(query, key, value)
-    weights = _weights(query, key, mask, is_causal, scale, batch)  # (..., L, S)
+    _, mask, scale = _inputs(query, key, value, mask, is_causal, scale)
+    weights = _weights(query, key, mask, is_causal, scale)  # (..., L, S)
     return (weights @ value.to(weights.dtype)).to(query.dtype)  # (..., L, Dv)
 
 
-# ---------------------------------------------------------------------------------------------
-# Tiled attention with an online softmax
-# ---------------------------------------------------------------------------------------------
+# ---- tiled attention with an online softmax ------------------------------------------
 
 
 def tiled_attention(
@@ -515,13 +444,8 @@ def tiled_attention(
         value: ``(..., S, Dv)``.
         output: ``(..., L, Dv)``.
     """
-    batch = _check_qkv(query, key, value)
-    if isinstance(block_size, bool) or not isinstance(block_size, int):
-        raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be positive, got {block_size}")
-    _check_flag(is_causal, "is_causal")
-    scale = _check_scale(scale, query.shape[-1])
+    batch, _, scale = _inputs(query, key, value, None, is_causal, scale)
+    block_size = _validate.positive_int("block_size", block_size)
     L, S, Dv = query.shape[-2], key.shape[-2], value.shape[-1]
     dtype = _compute_dtype(query.dtype)
     out = torch.empty(*batch, L, Dv, dtype=query.dtype, device=query.device)
@@ -529,8 +453,12 @@ def tiled_attention(
         i1 = min(i0 + block_size, L)
         q = query[..., i0:i1, :].to(dtype) * scale  # (..., bq, D)
         shape = (*batch, i1 - i0, 1)
-        m = torch.full(shape, -math.inf, dtype=dtype, device=query.device)  # running max
-        total = torch.zeros(shape, dtype=dtype, device=query.device)  # running sum of e^(s-m)
+        m = torch.full(
+            shape, -math.inf, dtype=dtype, device=query.device
+        )  # running max
+        total = torch.zeros(
+            shape, dtype=dtype, device=query.device
+        )  # running sum of e^(s-m)
         acc = torch.zeros(*batch, i1 - i0, Dv, dtype=dtype, device=query.device)
         for j0 in range(0, S, block_size):
             if is_causal and j0 > i1 - 1:
@@ -553,9 +481,7 @@ def tiled_attention(
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Multi-head attention
-# ---------------------------------------------------------------------------------------------
+# ---- multi-head attention ------------------------------------------------------------
 
 
 def mask_from_torch_mha(
@@ -584,20 +510,33 @@ def mask_from_torch_mha(
         output: ``(L, S)`` from ``attn_mask`` alone, ``(B, 1, 1, S)`` from
             ``key_padding_mask`` alone, ``(B, 1, L, S)`` from both.
     """
+    attn_mask = _validate.optional(
+        _validate.tensor, "attn_mask", attn_mask, dtype=("bool", "floating"), ndim=2
+    )
+    key_padding_mask = _validate.optional(
+        _validate.tensor,
+        "key_padding_mask",
+        key_padding_mask,
+        dtype=("bool", "floating"),
+        ndim=2,
+    )
+    if attn_mask is not None and key_padding_mask is not None:
+        _validate.same_device(
+            "key_padding_mask", key_padding_mask, "attn_mask", attn_mask
+        )
+        _validate.same_size(
+            "attn_mask",
+            attn_mask,
+            -1,
+            "key_padding_mask",
+            key_padding_mask,
+            -1,
+            "key-length (S)",
+        )
     parts = []
     if attn_mask is not None:
-        if not isinstance(attn_mask, torch.Tensor) or attn_mask.ndim != 2:
-            raise ValueError(
-                "attn_mask must be a 2-D (L, S) tensor, got "
-                f"{tuple(attn_mask.shape) if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__}"
-            )
         parts.append(attn_mask)
     if key_padding_mask is not None:
-        if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.ndim != 2:
-            raise ValueError(
-                "key_padding_mask must be a 2-D (B, S) tensor, got "
-                f"{tuple(key_padding_mask.shape) if isinstance(key_padding_mask, torch.Tensor) else type(key_padding_mask).__name__}"
-            )
         parts.append(key_padding_mask[:, None, None, :])  # (B, 1, 1, S)
     if not parts:
         return None
@@ -606,7 +545,8 @@ def mask_from_torch_mha(
         for p in parts[1:]:
             allowed = allowed & ~p
         return allowed
-    dtype = next(p.dtype for p in parts if p.dtype != torch.bool)
+    floats = [p.dtype for p in parts if p.dtype != torch.bool]
+    dtype = floats[0] if len(floats) == 1 else torch.promote_types(*floats)
     total = None
     for p in parts:
         additive = (
@@ -657,17 +597,17 @@ class MultiHeadAttention(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
-        for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-            if n < 1:
-                raise ValueError(f"{name} must be positive, got {n}")
+        embed_dim = _validate.positive_int("embed_dim", embed_dim)
+        num_heads = _validate.positive_int("num_heads", num_heads)
         if embed_dim % num_heads != 0:
             raise ValueError(
-                f"num_heads must divide embed_dim, got embed_dim={embed_dim}, num_heads={num_heads}"
+                f"num_heads must divide embed_dim, got embed_dim={embed_dim}, "
+                f"num_heads={num_heads}"
             )
-        _check_flag(bias, "bias")
+        bias = _validate.flag("bias", bias)
+        device = _validate.device("device", device)
+        dtype = _validate.optional(_validate.dtype, "dtype", dtype)
+        super().__init__()
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -677,16 +617,11 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(embed_dim, embed_dim, **kw)
         self.out_proj = nn.Linear(embed_dim, embed_dim, **kw)
 
-    def _split(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.ndim != 3 or x.shape[-1] != self.embed_dim:
-            raise ValueError(
-                f"{name} must have shape (B, length, embed_dim={self.embed_dim}), "
-                f"got {tuple(x.shape)}"
-            )
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, E/H)
+        return x.view(B, T, self.num_heads, self.head_dim).transpose(
+            1, 2
+        )  # (B, H, T, E/H)
 
     def forward(
         self,
@@ -697,14 +632,55 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
     ) -> torch.Tensor:
-        """Attend from ``query`` to ``key``/``value`` (all ``(B, length, E)``)."""
-        q = self._split(self.q_proj(query), "query")  # (B, H, L, E/H)
-        k = self._split(self.k_proj(key), "key")  # (B, H, S, E/H)
-        v = self._split(self.v_proj(value), "value")  # (B, H, S, E/H)
-        out = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal)
+        """Attend from ``query`` to ``key``/``value`` (all ``(B, length, E)``).
+
+        The inputs must have the parameters' dtype and device; ``mask`` broadcasts to
+        ``(B, H, L, S)`` (see :func:`scaled_dot_product_attention`).
+        """
+        weight = self.q_proj.weight
+        meaning = f"(B, length, embed_dim={self.embed_dim})"
+        query = _validate.tensor_like("query", query, "q_proj.weight", weight, ndim=3)
+        _validate.size("query", query, -1, self.embed_dim, "embed_dim")
+        for name, x in (("key", key), ("value", value)):
+            x = _validate.tensor_like(name, x, "query", query, ndim=3, meaning=meaning)
+            _validate.size(name, x, -1, self.embed_dim, "embed_dim")
+            _validate.same_size("query", query, 0, name, x, 0, "batch (B)")
+        _validate.same_size("key", key, 1, "value", value, 1, "length (S)")
+        is_causal = _validate.flag("is_causal", is_causal)
+        if mask is not None:
+            B, L, S = query.shape[0], query.shape[1], key.shape[1]
+            shape = (B, self.num_heads, L, S)
+            mask = _validate.mask("mask", mask, shape, "query", query)
+        q = self._split(self.q_proj(query))  # (B, H, L, E/H)
+        k = self._split(self.k_proj(key))  # (B, H, S, E/H)
+        v = self._split(self.v_proj(value))  # (B, H, S, E/H)
+        out = self.attend(q, k, v, mask=mask, is_causal=is_causal)  # (B, H, L, E/H)
         B, H, L, Dh = out.shape
         out = out.transpose(1, 2).reshape(B, L, H * Dh)  # (B, L, E): heads side by side
         return self.out_proj(out)
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        """The step between the head split and the merge: attention per head.
+
+        Here it is :func:`scaled_dot_product_attention`. A subclass that handles positions
+        inside attention overrides this one method and reuses the projections, the split
+        and the merge (the capstone's RoPE and ALiBi layers in :mod:`companion.model`, as
+        labml's ``RotaryPEMultiHeadAttention`` overrides only ``get_scores``).
+
+        Shape:
+            query: ``(B, H, L, E/H)``; key, value: ``(B, H, S, E/H)``; output like query.
+        """
+        return scaled_dot_product_attention(
+            query, key, value, mask=mask, is_causal=is_causal
+        )
 
     @torch.no_grad()
     def load_torch_weights(self, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -721,18 +697,25 @@ class MultiHeadAttention(nn.Module):
         Returns:
             ``self``.
         """
-        if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"module must be an nn.MultiheadAttention, got {type(module).__name__}")
+        _validate.module("module", module, nn.MultiheadAttention)
         if (module.embed_dim, module.num_heads) != (self.embed_dim, self.num_heads):
             raise ValueError(
                 f"module must have embed_dim={self.embed_dim}, num_heads={self.num_heads}, got "
                 f"embed_dim={module.embed_dim}, num_heads={module.num_heads}"
             )
         if module.in_proj_weight is None or module.bias_k is not None:
-            raise ValueError("module must pack q, k, v in in_proj_weight and have no add_bias_kv")
+            raise ValueError(
+                "module must pack q, k, v in in_proj_weight and have no add_bias_kv, got "
+                "separate q/k/v weights or bias_k"
+            )
         if (module.in_proj_bias is None) != (self.q_proj.bias is None):
-            raise ValueError("module and self must agree on bias")
-        w_q, w_k, w_v = module.in_proj_weight.chunk(3, dim=0)  # rows: W_Q, then W_K, then W_V
+            raise ValueError(
+                f"module must have bias={self.q_proj.bias is not None} like this module, got "
+                f"bias={module.in_proj_bias is not None}"
+            )
+        w_q, w_k, w_v = module.in_proj_weight.chunk(
+            3, dim=0
+        )  # rows: W_Q, then W_K, then W_V
         for proj, w in ((self.q_proj, w_q), (self.k_proj, w_k), (self.v_proj, w_v)):
             proj.weight.copy_(w)
         self.out_proj.weight.copy_(module.out_proj.weight)
@@ -744,54 +727,7 @@ class MultiHeadAttention(nn.Module):
         return self
 
 
-# ---------------------------------------------------------------------------------------------
-# Measuring peak memory
-# ---------------------------------------------------------------------------------------------
-
-
-class _LiveTensorBytes(TorchDispatchMode):
-    """Counts the bytes of the tensors that operators create while active, as they live and die.
-
-    A storage is counted once, when an operator first returns it, and released when the last
-    tensor seen on it (the first result or any later view or in-place result) is garbage
-    collected. Storages of tensors made before the mode started are never counted.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live = 0
-        self.peak = 0
-        self._sizes: dict[int, int] = {}  # storage address -> bytes
-        self._refs: dict[int, int] = {}  # storage address -> tensors seen on it still alive
-
-    def _release(self, address: int) -> None:
-        self._refs[address] -= 1
-        if self._refs[address] == 0:
-            del self._refs[address]
-            self.live -= self._sizes.pop(address)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        inputs = {
-            t.untyped_storage().data_ptr()
-            for t in tree_flatten((args, kwargs))[0]
-            if isinstance(t, torch.Tensor)
-        }
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor):
-                continue
-            storage = t.untyped_storage()
-            address = storage.data_ptr()
-            if address == 0 or (address in inputs and address not in self._sizes):
-                continue  # empty, or a view/in-place result of a tensor made before the mode
-            if address not in self._sizes:  # new memory
-                self._sizes[address] = storage.nbytes()
-                self._refs[address] = 0
-                self.live += storage.nbytes()
-                self.peak = max(self.peak, self.live)
-            self._refs[address] += 1  # one more tensor keeps this storage alive
-            weakref.finalize(t, self._release, address)
-        return out
+# ---- measuring peak memory -----------------------------------------------------------
 
 
 def measure_peak_memory(fn: Callable[[], object], *, device: torch.device | str) -> int:
@@ -813,9 +749,11 @@ def measure_peak_memory(fn: Callable[[], object], *, device: torch.device | str)
     Returns:
         Peak bytes.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    device = torch.device(device)
+    fn = _validate.callable_("fn", fn)
+    device = _validate.instance(
+        "device", device, (torch.device, str), "a torch.device or a device string"
+    )
+    device = _validate.device("device", device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -823,7 +761,7 @@ def measure_peak_memory(fn: Callable[[], object], *, device: torch.device | str)
         fn()
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
-    counter = _LiveTensorBytes()
-    with counter:
+    watch = _TensorWatch(live=True)
+    with watch:
         fn()
-    return counter.peak
+    return watch.peak

@@ -7,7 +7,7 @@ Small helpers that the appendix *Performance and precision* and the scripts in
   the kernel and not the operating system's page faults on fresh memory.
 - :func:`compare_timings`: median run times of several implementations measured side by side
   in one run (warm-up, :mod:`torch.utils.benchmark`, interleaved rounds, accelerator
-  synchronisation).
+  synchronization).
 - :func:`tensor_bytes` and :func:`attention_flops`: the bytes an operation must move and the
   floating-point operations it must do, the two floors a kernel's time is compared with.
 - :func:`memory_traffic`: the bytes that the torch operators of an implementation read and
@@ -30,9 +30,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
-import numbers
 import platform
 import statistics
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -42,6 +42,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from companion import _validate
 from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
 
 __all__ = [
@@ -63,29 +64,6 @@ __all__ = [
 
 ROPE_RECIPES = ("float64-angles", "float32-angles", "bfloat16-table")
 """The RoPE table recipes :func:`rope_table` builds."""
-
-
-# ---- validation ------------------------------------------------------------------------------
-
-
-def _check_float_dtype(dtype: object) -> torch.dtype:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype}")
-    return dtype
-
-
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return int(value)
-
-
-def _check_tensor(name: str, x: object) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    return x
 
 
 # ---- timing ----------------------------------------------------------------------------------
@@ -113,12 +91,15 @@ def keep_freed_memory(limit_bytes: int = 2**30) -> bool:
         ``True`` if the setting was applied (Linux with glibc), ``False`` elsewhere (other C
         libraries manage memory differently; nothing is changed).
     """
-    limit_bytes = _check_positive_int("limit_bytes", limit_bytes)
+    limit_bytes = _validate.positive_int("limit_bytes", limit_bytes)
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     limit = min(limit_bytes, 2**31 - 1)  # mallopt takes a C int
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, limit) and libc.mallopt(_M_TRIM_THRESHOLD, limit))
+    return bool(
+        libc.mallopt(_M_MMAP_THRESHOLD, limit)
+        and libc.mallopt(_M_TRIM_THRESHOLD, limit)
+    )
 
 
 def compare_timings(
@@ -130,12 +111,12 @@ def compare_timings(
 ) -> dict[str, float]:
     """Median seconds per call of each case, measured side by side in one run.
 
-    Each case is called once to warm up (allocator, caches, lazy initialisation, compilation).
+    Each case is called once to warm up (allocator, caches, lazy initialization, compilation).
     Then, ``rounds`` times, every case is measured in turn with
     :meth:`torch.utils.benchmark.Timer.blocked_autorange` (at least ``min_run_time`` seconds of
     calls, the median of its blocks); interleaving the cases means that a change in the
     machine's load hits all of them alike. The result is the median over the rounds. The timer
-    of :mod:`torch.utils.benchmark` synchronises a CUDA device before reading the clock, so
+    of :mod:`torch.utils.benchmark` synchronizes a CUDA device before reading the clock, so
     asynchronous kernels are counted in full.
 
     Args:
@@ -150,20 +131,22 @@ def compare_timings(
     Returns:
         name -> median seconds per call, in the order of ``cases``.
     """
-    if not isinstance(cases, Mapping) or not cases:
-        raise ValueError("cases must be a non-empty mapping of name -> callable")
+    _validate.instance("cases", cases, Mapping, "a mapping of name -> callable")
+    if not cases:
+        raise ValueError(
+            "cases must hold at least one name -> callable, got an empty mapping"
+        )
     for name, fn in cases.items():
-        if not callable(fn):
-            raise TypeError(f"cases[{name!r}] must be callable, got {type(fn).__name__}")
-    if isinstance(min_run_time, bool) or not isinstance(min_run_time, numbers.Real):
-        raise TypeError(f"min_run_time must be a number, got {type(min_run_time).__name__}")
-    if not min_run_time > 0:
-        raise ValueError(f"min_run_time must be > 0, got {min_run_time}")
-    rounds = _check_positive_int("rounds", rounds)
-    threads = torch.get_num_threads() if num_threads is None else num_threads
-    threads = _check_positive_int("num_threads", threads)
+        _validate.instance(f"cases key {name!r}", name, str, "a str")
+        _validate.callable_(f"cases[{name!r}]", fn)
+    min_run_time = _validate.positive_real("min_run_time", min_run_time)
+    rounds = _validate.positive_int("rounds", rounds)
+    threads = _validate.optional(_validate.positive_int, "num_threads", num_threads)
+    threads = torch.get_num_threads() if threads is None else threads
     timers = {
-        name: tb.Timer("fn()", globals={"fn": fn}, description=name, num_threads=threads)
+        name: tb.Timer(
+            "fn()", globals={"fn": fn}, description=name, num_threads=threads
+        )
         for name, fn in cases.items()
     }
     for timer in timers.values():
@@ -171,7 +154,9 @@ def compare_timings(
     per_round: dict[str, list[float]] = {name: [] for name in timers}
     for _ in range(rounds):
         for name, timer in timers.items():
-            per_round[name].append(timer.blocked_autorange(min_run_time=min_run_time).median)
+            per_round[name].append(
+                timer.blocked_autorange(min_run_time=min_run_time).median
+            )
     return {name: statistics.median(ts) for name, ts in per_round.items()}
 
 
@@ -192,10 +177,9 @@ def tensor_bytes(*tensors: Tensor) -> int:
     Returns:
         The total in bytes.
     """
-    total = 0
     for i, t in enumerate(tensors):
-        total += _check_tensor(f"tensors[{i}]", t).numel() * t.element_size()
-    return total
+        _validate.tensor(f"tensors[{i}]", t, dtype=None)
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 @dataclass(frozen=True)
@@ -225,7 +209,16 @@ class MemoryTraffic:
         return self.read + self.written
 
 
-_OVERWRITES = {"copy_", "fill_", "zero_", "uniform_", "normal_", "random_", "bernoulli_"}
+_OVERWRITES = {
+    "copy_",
+    "fill_",
+    "zero_",
+    "uniform_",
+    "normal_",
+    "random_",
+    "bernoulli_",
+}
+_FRESH = {"empty", "empty_like", "empty_strided"}
 
 
 def _distinct_bytes(t: Tensor) -> int:
@@ -236,23 +229,49 @@ def _distinct_bytes(t: Tensor) -> int:
     return n * t.element_size() if t.numel() else 0
 
 
-class _TrafficCounter(TorchDispatchMode):
-    """Adds up, per operator, the distinct bytes of its tensor inputs and outputs."""
+class _TensorWatch(TorchDispatchMode):
+    """Watches every torch operator run while active: the one memory meter of the package.
 
-    def __init__(self) -> None:
+    With ``traffic=True`` it adds up, per operator, the distinct bytes of its tensor inputs
+    (read) and outputs (written), for :func:`memory_traffic`. With ``live=True`` it counts
+    the bytes of the storages that operators create as they live and die, and their peak,
+    for :func:`companion.attention.measure_peak_memory`: a storage is counted once, when an
+    operator first returns it, and released when the last tensor seen on it (the first
+    result or any later view or in-place result) is garbage collected; storages of tensors
+    made before the watch started are never counted.
+    """
+
+    def __init__(self, *, traffic: bool = False, live: bool = False) -> None:
         super().__init__()
-        self.ops: list[tuple[str, int, int]] = []
+        self.traffic, self.live = traffic, live
+        self.ops: list[
+            tuple[str, int, int]
+        ] = []  # (operator, bytes read, bytes written)
+        self.live_bytes = 0
+        self.peak = 0
+        self._sizes: dict[int, int] = {}  # storage address -> bytes
+        self._refs: dict[
+            int, int
+        ] = {}  # storage address -> tensors seen on it still alive
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.is_view or func.overloadpacket.__name__ in ("empty", "empty_like", "empty_strided"):
-            return out  # a new view of old data, or memory not yet written: no traffic
-        schema = func._schema
+        if self.traffic:
+            self._count_traffic(func, args, kwargs, out)
+        if self.live:
+            self._count_live(args, kwargs, out)
+        return out
+
+    def _count_traffic(self, func, args, kwargs, out) -> None:
         name = func.overloadpacket.__name__
-        read = written = 0
-        for i, arg in enumerate(schema.arguments):
-            value = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
+        if func.is_view or name in _FRESH:
+            return  # a new view of old data, or memory not yet written: no traffic
+        read = 0
+        for i, arg in enumerate(func._schema.arguments):
+            value = (
+                kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
+            )
             tensors = [t for t in tree_leaves(value) if isinstance(t, Tensor)]
             if not tensors:
                 continue
@@ -260,10 +279,38 @@ class _TrafficCounter(TorchDispatchMode):
             if mutated and (arg.name == "out" or name in _OVERWRITES):
                 continue  # written only: counted with the outputs
             read += sum(_distinct_bytes(t) for t in tensors)
-        written = sum(_distinct_bytes(t) for t in tree_leaves(out) if isinstance(t, Tensor))
+        written = sum(
+            _distinct_bytes(t) for t in tree_leaves(out) if isinstance(t, Tensor)
+        )
         if read or written:
             self.ops.append((name, read, written))
-        return out
+
+    def _count_live(self, args, kwargs, out) -> None:
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_leaves((args, kwargs))
+            if isinstance(t, Tensor)
+        }
+        for t in tree_leaves(out):
+            if not isinstance(t, Tensor):
+                continue
+            storage = t.untyped_storage()
+            address = storage.data_ptr()
+            if address == 0 or (address in inputs and address not in self._sizes):
+                continue  # empty, or a view/in-place result of a tensor made before the watch
+            if address not in self._sizes:  # new memory
+                self._sizes[address] = storage.nbytes()
+                self._refs[address] = 0
+                self.live_bytes += storage.nbytes()
+                self.peak = max(self.peak, self.live_bytes)
+            self._refs[address] += 1  # one more tensor keeps this storage alive
+            weakref.finalize(t, self._release, address)
+
+    def _release(self, address: int) -> None:
+        self._refs[address] -= 1
+        if self._refs[address] == 0:
+            del self._refs[address]
+            self.live_bytes -= self._sizes.pop(address)
 
 
 def memory_traffic(fn: Callable[[], object]) -> MemoryTraffic:
@@ -274,9 +321,8 @@ def memory_traffic(fn: Callable[[], object]) -> MemoryTraffic:
     (a broadcast input, such as a cos/sin table shared by all heads, counts its own elements,
     not the broadcast size; views, and the memory an ``out=`` argument only receives, move
     nothing). Caches can make the true traffic smaller, and the count cannot see inside one
-    compiled or fused kernel. For an elementwise operation it explains most of the time:
-    ``x.clone()`` moves ``2 * tensor_bytes(x)``, and a formula whose operators move five times
-    ``tensor_bytes(x)`` takes about 2.5 copies. Operators are seen through a
+    compiled or fused kernel. ``x.clone()`` moves ``2 * tensor_bytes(x)``; the appendix
+    compares each formula's count with its measured time. Operators are seen through a
     :class:`~torch.utils._python_dispatch.TorchDispatchMode` (call ``fn`` eagerly).
 
     Args:
@@ -285,15 +331,16 @@ def memory_traffic(fn: Callable[[], object]) -> MemoryTraffic:
     Returns:
         The per-operator counts, with their sums.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    counter = _TrafficCounter()
-    with counter:
+    fn = _validate.callable_("fn", fn)
+    watch = _TensorWatch(traffic=True)
+    with watch:
         fn()
-    return MemoryTraffic(counter.ops)
+    return MemoryTraffic(watch.ops)
 
 
-def attention_flops(batch: int, heads: int, length: int, source_length: int, head_dim: int) -> int:
+def attention_flops(
+    batch: int, heads: int, length: int, source_length: int, head_dim: int
+) -> int:
     r"""Floating-point operations of the two matrix products of attention.
 
     :math:`QK^\top` and :math:`PV` each take :math:`L \cdot S \cdot D` multiply-adds per head,
@@ -318,7 +365,7 @@ def attention_flops(batch: int, heads: int, length: int, source_length: int, hea
         "source_length": source_length,
         "head_dim": head_dim,
     }
-    b, h, n, s, d = (_check_positive_int(name, v) for name, v in values.items())
+    b, h, n, s, d = (_validate.positive_int(name, v) for name, v in values.items())
     return 4 * b * h * n * s * d
 
 
@@ -341,12 +388,16 @@ def ulp(x: Tensor | float, *, dtype: torch.dtype = torch.float32) -> Tensor:
     Returns:
         The spacing, float64, with ``x``'s shape (a 0-d tensor for a number).
     """
-    dtype = _check_float_dtype(dtype)
-    if isinstance(x, bool) or not isinstance(x, Tensor | numbers.Real):
-        raise TypeError(f"x must be a tensor or a real number, got {type(x).__name__}")
+    dtype = _validate.dtype("dtype", dtype)
+    if isinstance(x, Tensor):
+        x = _validate.tensor("x", x, dtype=("floating", "integer"))
+    else:
+        x = _validate.real("x", x, finite=False)
     a = torch.as_tensor(x, dtype=torch.float64).abs()
     if not torch.isfinite(a).all():
-        raise ValueError("x must be finite")
+        raise ValueError(
+            f"x must be finite, got {_validate.describe(x)} with NaN or inf"
+        )
     info = torch.finfo(dtype)
     _, exponent = torch.frexp(a.clamp(min=info.tiny))  # |x| = m * 2**e, 0.5 <= m < 1
     return torch.ldexp(torch.full_like(a, info.eps), exponent - 1)  # eps * 2**(e - 1)
@@ -365,7 +416,14 @@ def max_abs_error(approx: Tensor, reference: Tensor) -> float:
     Returns:
         The error as a Python float (``inf`` if any entry is not finite).
     """
-    approx, reference = _check_tensor("approx", approx), _check_tensor("reference", reference)
+    approx = _validate.tensor("approx", approx, dtype=("floating", "integer", "bool"))
+    reference = _validate.tensor(
+        "reference", reference, dtype=("floating", "integer", "bool")
+    )
+    _validate.same_device("reference", reference, "approx", approx)
+    _validate.broadcastable(
+        "approx and reference", [approx.shape, reference.shape], "shapes"
+    )
     diff = (approx.to(torch.float64) - reference.to(torch.float64)).abs()
     if diff.numel() == 0:
         return 0.0
@@ -405,16 +463,19 @@ def rope_table(
         positions: ``(L,)``.
         cos, sin: ``(L, D // 2)``.
     """
-    positions = _check_tensor("positions", positions)
-    if positions.ndim != 1:
-        raise ValueError(f"positions must be 1-D, got shape {tuple(positions.shape)}")
-    if recipe not in ROPE_RECIPES:
-        raise ValueError(f"recipe must be one of {ROPE_RECIPES}, got {recipe!r}")
+    positions = _validate.tensor(
+        "positions", positions, dtype=("integer", "floating"), ndim=1
+    )
+    head_dim = _validate.positive_int("head_dim", head_dim, even=True)
+    base = _validate.real("base", base, exclusive_minimum=1.0)
+    recipe = _validate.choice("recipe", recipe, ROPE_RECIPES)
     frequencies = rope_frequencies(head_dim, base=base)  # validates head_dim and base
     if recipe == "float32-angles":
         steps = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device)
         inv_freq = 1.0 / (base ** (steps.float() / head_dim))  # (D/2,) float32, as HF
-        angles = positions.float()[:, None] * inv_freq[None, :]  # (L, D/2), rounded to float32
+        angles = (
+            positions.float()[:, None] * inv_freq[None, :]
+        )  # (L, D/2), rounded to float32
         return angles.cos(), angles.sin()
     dtype = torch.bfloat16 if recipe == "bfloat16-table" else torch.float32
     return rope_cos_sin(positions, frequencies, dtype=dtype)
@@ -467,18 +528,34 @@ def rope_error_by_position(
     Returns:
         A :class:`PositionErrors` holding the error and the output scale per position.
     """
-    positions = _check_tensor("positions", positions)
-    if positions.ndim != 1 or positions.numel() == 0:
-        raise ValueError(f"positions must be 1-D and non-empty, got shape {tuple(positions.shape)}")
-    if (positions < 0).any():
-        raise ValueError("positions must be non-negative")
-    num_vectors = _check_positive_int("num_vectors", num_vectors)
+    positions = _validate.tensor(
+        "positions", positions, dtype=("integer", "floating"), ndim=1, nonempty=True
+    )
+    if not (positions >= 0).all():
+        raise ValueError(
+            f"positions must be non-negative and not NaN, got {positions.min()}"
+        )
+    head_dim = _validate.positive_int("head_dim", head_dim, even=True)
+    base = _validate.real("base", base, exclusive_minimum=1.0)
+    recipe = _validate.choice("recipe", recipe, ROPE_RECIPES)
+    num_vectors = _validate.positive_int("num_vectors", num_vectors)
+    _validate.optional(
+        _validate.instance,
+        "generator",
+        generator,
+        cls=torch.Generator,
+        expected="a Generator",
+    )
     gen = torch.Generator().manual_seed(0) if generator is None else generator
     x = torch.randn(num_vectors, 1, head_dim, generator=gen)  # (N, 1, D) float32
-    x = x.expand(num_vectors, positions.numel(), head_dim)  # (N, P, D): same vectors everywhere
+    x = x.expand(
+        num_vectors, positions.numel(), head_dim
+    )  # (N, P, D): same vectors everywhere
     cos, sin = rope_table(positions, head_dim, base=base, recipe=recipe)  # (P, D/2)
     y = apply_rope(x, cos, sin)  # (N, P, D) float32 arithmetic
-    c64, s64 = rope_cos_sin(positions, rope_frequencies(head_dim, base=base), dtype=torch.float64)
+    c64, s64 = rope_cos_sin(
+        positions, rope_frequencies(head_dim, base=base), dtype=torch.float64
+    )
     exact = apply_rope(x.double(), c64, s64)  # (N, P, D) float64
     error = (y.double() - exact).abs().amax(dim=(0, 2))  # (P,)
     scale = exact.abs().amax(dim=(0, 2))  # (P,)
@@ -492,22 +569,21 @@ def one_pass_layer_norm(x: Tensor, *, eps: float = 1e-5) -> Tensor:
     :math:`\mu` is large next to the spread :math:`\sigma` their difference loses about
     :math:`2\log_2(|\mu|/\sigma)` bits, and in float32 the variance can come out as zero or
     negative. :func:`companion.norm.layer_norm` and :func:`torch.nn.functional.layer_norm`
-    subtract the mean first. No gain or bias; normalises the last dimension.
+    subtract the mean first. No gain or bias; normalizes the last dimension.
 
     Args:
         x: input, floating point.
         eps: added to the variance inside the square root.
 
     Returns:
-        The normalised tensor, ``x``'s shape and dtype (NaN where the variance came out
+        The normalized tensor, ``x``'s shape and dtype (NaN where the variance came out
         below ``-eps``).
 
     Shape:
         x: ``(..., D)``; output: same.
     """
-    x = _check_tensor("x", x)
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+    x = _validate.tensor("x", x, min_ndim=1, meaning="(..., D)")
+    eps = _validate.positive_real("eps", eps)
     mean = x.mean(dim=-1, keepdim=True)
     var = (x * x).mean(dim=-1, keepdim=True) - mean * mean  # cancels when |mean| >> std
     return (x - mean) / torch.sqrt(var + eps)
@@ -529,13 +605,7 @@ def naive_softmax_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor
     Returns:
         ``(..., L, D_v)``, in the inputs' dtype.
     """
-    query = _check_tensor("query", query)
-    key = _check_tensor("key", key)
-    value = _check_tensor("value", value)
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query and key must share the last dim, got {query.shape[-1]} and {key.shape[-1]}"
-        )
+    _validate.attention_inputs(query, key, value)
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., L, S)
     e = torch.exp(scores)  # overflows for scores > 88.7 in float32
     return (e / e.sum(dim=-1, keepdim=True)) @ value  # (..., L, D_v)

@@ -48,7 +48,8 @@ def loop_attention(q, k, v, allowed, scale):
     out = np.zeros((q.shape[0], v.shape[1]))
     for i in range(q.shape[0]):
         scores = [
-            sum(q[i, d] * k[j, d] for d in range(q.shape[1])) * scale for j in range(k.shape[0])
+            sum(q[i, d] * k[j, d] for d in range(q.shape[1])) * scale
+            for j in range(k.shape[0])
         ]
         keep = [j for j in range(k.shape[0]) if allowed[i][j]]
         top = max(scores[j] for j in keep)
@@ -59,9 +60,7 @@ def loop_attention(q, k, v, allowed, scale):
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Oracle tests
-# ---------------------------------------------------------------------------------------------
+# ---- oracle tests --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -73,7 +72,15 @@ def test_matches_float64_loop(causal):
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, atol=1e-12)
 
 
-MASK_CASES = ["none", "bool", "bool_broadcast", "float", "causal", "causal_long_keys", "scale"]
+MASK_CASES = [
+    "none",
+    "bool",
+    "bool_broadcast",
+    "float",
+    "causal",
+    "causal_long_keys",
+    "scale",
+]
 
 
 def _mask_case(case, length, source, device):
@@ -105,7 +112,11 @@ def test_matches_torch_sdpa(case, dtype, device):
     expected = F.scaled_dot_product_attention(q, k, v, **theirs)
     got = scaled_dot_product_attention(q, k, v, **ours)
     assert got.dtype == dtype and got.device == expected.device
-    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    tol = (
+        {"atol": 2e-2, "rtol": 2e-2}
+        if dtype == torch.bfloat16
+        else {"atol": 1e-5, "rtol": 1e-5}
+    )
     torch.testing.assert_close(got, expected, **tol)
 
 
@@ -114,7 +125,9 @@ def test_weights_match_explicit_softmax():
     mask = torch.rand(5, 6, generator=torch.Generator().manual_seed(1)) > 0.3
     mask[:, 2] = True
     scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~mask, float("-inf"))
-    torch.testing.assert_close(attention_weights(q, k, mask=mask), torch.softmax(scores, dim=-1))
+    torch.testing.assert_close(
+        attention_weights(q, k, mask=mask), torch.softmax(scores, dim=-1)
+    )
 
 
 def test_bottom_right_matches_torch_causal_lower_right(device):
@@ -122,7 +135,9 @@ def test_bottom_right_matches_torch_causal_lower_right(device):
     bias = causal_lower_right(4, 7)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     mask = causal_mask(4, 7, alignment="bottom_right", device=device)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask=mask), expected)
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, mask=mask), expected
+    )
 
 
 @pytest.mark.parametrize(("length", "source"), [(4, 4), (3, 6), (6, 3)])
@@ -130,9 +145,15 @@ def test_causal_mask_alignments(length, source):
     ones = torch.ones(length, source, dtype=torch.bool)
     assert torch.equal(causal_mask(length, source), ones.tril())
     lower_right = ones.tril(diagonal=source - length)
-    if length <= source:  # torch warns that its lower-right bias gives NaN rows otherwise
-        assert torch.equal(lower_right, causal_lower_right(length, source)._materialize())
-    assert torch.equal(causal_mask(length, source, alignment="bottom_right"), lower_right)
+    if (
+        length <= source
+    ):  # torch warns that its lower-right bias gives NaN rows otherwise
+        assert torch.equal(
+            lower_right, causal_lower_right(length, source)._materialize()
+        )
+    assert torch.equal(
+        causal_mask(length, source, alignment="bottom_right"), lower_right
+    )
 
 
 def test_fully_masked_row_gives_zero():
@@ -145,7 +166,9 @@ def test_fully_masked_row_gives_zero():
     assert torch.equal(out[1], torch.zeros(4))
     assert torch.isfinite(out).all()
     float_mask = torch.zeros(3, 5).masked_fill(~mask, float("-inf"))
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask=float_mask), out)
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, mask=float_mask), out
+    )
 
 
 def test_scores_against_loops():
@@ -169,7 +192,9 @@ def test_scores_against_loops():
     # general with the identity is the dot score
     q2, k2, _ = qkv(2, 3, 4, source=5, dtype=torch.float64)
     identity = torch.eye(4, dtype=torch.float64)
-    torch.testing.assert_close(general_score(q2, k2, weight=identity), dot_score(q2, k2))
+    torch.testing.assert_close(
+        general_score(q2, k2, weight=identity), dot_score(q2, k2)
+    )
     torch.testing.assert_close(dot_score(q2, k2), torch.einsum("bld,bsd->bls", q2, k2))
 
 
@@ -177,8 +202,12 @@ def test_scores_against_loops():
 @pytest.mark.parametrize("masks", ["none", "bool", "float", "causal"])
 def test_multi_head_matches_torch(bias, masks, device):
     torch.manual_seed(0)
-    theirs = torch.nn.MultiheadAttention(16, 4, bias=bias, batch_first=True, device=device)
-    ours = MultiHeadAttention(16, 4, bias=bias, device=device).load_torch_weights(theirs)
+    theirs = torch.nn.MultiheadAttention(
+        16, 4, bias=bias, batch_first=True, device=device
+    )
+    ours = MultiHeadAttention(16, 4, bias=bias, device=device).load_torch_weights(
+        theirs
+    )
     theirs.eval()
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, 5, 16, generator=gen).to(device)
@@ -194,7 +223,9 @@ def test_multi_head_matches_torch(bias, masks, device):
     elif masks == "float":
         additive = torch.randn(5, 6, generator=gen).to(device)
         padding = torch.zeros(2, 6, device=device)
-        padding[1, 3:] = float("-inf")  # float, like attn_mask: torch deprecates mixing types
+        padding[1, 3:] = float(
+            "-inf"
+        )  # float, like attn_mask: torch deprecates mixing types
         kw = {"key_padding_mask": padding, "attn_mask": additive}
         mask = mask_from_torch_mha(attn_mask=additive, key_padding_mask=padding)
     with torch.no_grad():
@@ -213,15 +244,15 @@ def test_multi_head_is_thin_and_splits_heads_like_torch():
     theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True)
     ours = MultiHeadAttention(8, 2).load_torch_weights(theirs)
     x = torch.randn(1, 4, 8)
-    _, per_head = theirs(x, x, x, need_weights=True, average_attn_weights=False)  # (B, H, L, S)
+    _, per_head = theirs(
+        x, x, x, need_weights=True, average_attn_weights=False
+    )  # (B, H, L, S)
     q = ours.q_proj(x).view(1, 4, 2, 4).transpose(1, 2)
     k = ours.k_proj(x).view(1, 4, 2, 4).transpose(1, 2)
     torch.testing.assert_close(attention_weights(q, k), per_head)
 
 
-# ---------------------------------------------------------------------------------------------
-# Tiled attention and memory
-# ---------------------------------------------------------------------------------------------
+# ---- tiled attention and memory ------------------------------------------------------
 
 
 @pytest.mark.parametrize("block_size", [1, 3, 8, 64])
@@ -249,19 +280,34 @@ def test_measure_peak_memory_counts_tensors():
         del a
         return b + 1  # b and the result: 8000 bytes
 
-    assert measure_peak_memory(lambda: torch.empty(250).fill_(0.0), device="cpu") == 1000
+    assert (
+        measure_peak_memory(lambda: torch.empty(250).fill_(0.0), device="cpu") == 1000
+    )
     assert measure_peak_memory(two_live, device="cpu") == 8000
 
 
 def test_measure_peak_memory_ignores_views_of_existing_tensors():
-    x = torch.randn(3, 1, 1, 512, 64)  # q, k, v in one storage, made before the measurement
-    assert measure_peak_memory(lambda: (x[0], x[1, ..., 100:200, :], x.view(-1)), device="cpu") == 0
-    assert measure_peak_memory(lambda: x.add_(1.0), device="cpu") == 0  # in place: no new memory
+    x = torch.randn(
+        3, 1, 1, 512, 64
+    )  # q, k, v in one storage, made before the measurement
+    assert (
+        measure_peak_memory(
+            lambda: (x[0], x[1, ..., 100:200, :], x.view(-1)), device="cpu"
+        )
+        == 0
+    )
+    assert (
+        measure_peak_memory(lambda: x.add_(1.0), device="cpu") == 0
+    )  # in place: no new memory
     # a view of the shared storage must not be charged the whole storage: peaks are the same
     qa, ka, va = x
     q, k, v = qa.clone(), ka.clone(), va.clone()
-    shared = measure_peak_memory(lambda: tiled_attention(qa, ka, va, block_size=64), device="cpu")
-    separate = measure_peak_memory(lambda: tiled_attention(q, k, v, block_size=64), device="cpu")
+    shared = measure_peak_memory(
+        lambda: tiled_attention(qa, ka, va, block_size=64), device="cpu"
+    )
+    separate = measure_peak_memory(
+        lambda: tiled_attention(q, k, v, block_size=64), device="cpu"
+    )
     assert shared == separate
     # the tiled peak is the (L, d) output plus a few (block, block) and (block, d) tiles
     out_bytes = q.numel() * 4
@@ -276,7 +322,9 @@ def test_measure_peak_memory_keeps_a_storage_while_a_view_of_it_lives():
 
     def scores_then_more() -> None:
         kept.append(a @ b.transpose(-2, -1))  # (1, 2, 64, 64): 32 KiB, alive to the end
-        kept.append(torch.empty(1000).fill_(0.0))  # 4000 bytes more while the scores live
+        kept.append(
+            torch.empty(1000).fill_(0.0)
+        )  # 4000 bytes more while the scores live
 
     peak = measure_peak_memory(scores_then_more, device="cpu")
     assert peak >= 2 * 64 * 64 * 4 + 4000
@@ -285,15 +333,17 @@ def test_measure_peak_memory_keeps_a_storage_while_a_view_of_it_lives():
 def test_tiled_memory_is_a_small_fraction_of_the_score_matrix():
     q, k, v = qkv(1, 1, 1024, 16)
     score_matrix = 1024 * 1024 * 4
-    full = measure_peak_memory(lambda: scaled_dot_product_attention(q, k, v), device="cpu")
-    tiled = measure_peak_memory(lambda: tiled_attention(q, k, v, block_size=64), device="cpu")
+    full = measure_peak_memory(
+        lambda: scaled_dot_product_attention(q, k, v), device="cpu"
+    )
+    tiled = measure_peak_memory(
+        lambda: tiled_attention(q, k, v, block_size=64), device="cpu"
+    )
     assert full >= 2 * score_matrix  # scores and weights coexist
     assert tiled <= score_matrix / 20
 
 
-# ---------------------------------------------------------------------------------------------
-# Properties
-# ---------------------------------------------------------------------------------------------
+# ---- properties ----------------------------------------------------------------------
 
 dims = st.integers(1, 6)
 
@@ -332,7 +382,9 @@ def test_permutation_equivariance(problem, seed):
     permuted = scaled_dot_product_attention(q[:, p_query], k, v)
     torch.testing.assert_close(permuted, out[:, p_query])
     # ... and permuting the key/value pairs together changes nothing (invariance)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k[:, p_key], v[:, p_key]), out)
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k[:, p_key], v[:, p_key]), out
+    )
 
 
 def test_positions_break_permutation_equivariance():
@@ -386,123 +438,567 @@ def test_large_logits_stay_finite(problem, big):
         assert torch.isfinite(out).all()
 
 
-# ---------------------------------------------------------------------------------------------
-# Validation tables
-# ---------------------------------------------------------------------------------------------
+# ---- bad inputs: the contract (run by tests/test_contract.py) ------------------------
 
 _q, _k, _v = qkv(2, 4, 8, source=5, dv=3)
+_meta = torch.empty(2, 5, 8, device="meta")
+_mha = MultiHeadAttention(8, 2)
+_x = torch.randn(2, 3, 8)
+_w = {
+    "query_weight": torch.ones(4, 8),
+    "key_weight": torch.ones(4, 8),
+    "v": torch.ones(4),
+}
+_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-SDPA_BAD = [
-    ({"query": _q.numpy()}, TypeError, "query must be a torch.Tensor, got ndarray"),
-    ({"query": _q.long()}, TypeError, "query must have a floating-point dtype"),
-    ({"query": torch.randn(8)}, ValueError, "query must have at least 2 dimensions"),
-    ({"key": _k.double()}, TypeError, "key must have query's dtype torch.float32"),
-    ({"value": _v.double()}, TypeError, "value must have query's dtype"),
-    ({"key": torch.randn(2, 5, 7)}, ValueError, "query and key must have the same feature width"),
-    ({"value": torch.randn(2, 6, 3)}, ValueError, "key and value must have the same length S"),
-    ({"key": torch.randn(3, 5, 8), "value": torch.randn(3, 5, 3)}, ValueError, "must broadcast"),
+
+def _sdpa(**override):
+    args = {"query": _q, "key": _k, "value": _v, **override}
+    return lambda: scaled_dot_product_attention(
+        args.pop("query"), args.pop("key"), args.pop("value"), **args
+    )
+
+
+SDPA = "scaled_dot_product_attention"
+BAD_INPUTS = [
+    # type, dtype family, rank, meta tensors
     (
-        {"mask": torch.ones(4, 6, dtype=torch.bool)},
-        ValueError,
-        r"mask must broadcast to .*\(2, 4, 5\)",
+        SDPA,
+        _sdpa(query=_q.numpy()),
+        TypeError,
+        "query must be a torch.Tensor, got a ndarray",
     ),
-    ({"mask": torch.ones(4, 5, dtype=torch.int64)}, TypeError, "mask must be boolean"),
-    ({"mask": [[True]]}, TypeError, "mask must be a torch.Tensor or None"),
-    ({"mask": torch.ones(4, 5, dtype=torch.bool), "is_causal": True}, ValueError, "not both"),
-    ({"is_causal": 1}, TypeError, "is_causal must be a bool"),
-    ({"scale": "0.5"}, TypeError, "scale must be a float or None"),
-    ({"scale": 0.0}, ValueError, "scale must be a positive finite number, got 0.0"),
-    ({"scale": float("nan")}, ValueError, "scale must be a positive finite number"),
+    (
+        SDPA,
+        _sdpa(query=_q.long()),
+        TypeError,
+        "query must be a floating-point tensor, got",
+    ),
+    (
+        SDPA,
+        _sdpa(query=_q.to(torch.complex64)),
+        TypeError,
+        "query must be a floating-point",
+    ),
+    (
+        SDPA,
+        _sdpa(query=torch.randn(8)),
+        ValueError,
+        "query must have at least 2 dimensions",
+    ),
+    (
+        SDPA,
+        _sdpa(key=_meta),
+        ValueError,
+        "key must hold values, got a tensor on the 'meta'",
+    ),
+    # dtypes and shapes that do not fit together
+    (
+        SDPA,
+        _sdpa(key=_k.double()),
+        TypeError,
+        "key must have query's dtype torch.float32",
+    ),
+    (SDPA, _sdpa(value=_v.double()), TypeError, "value must have query's dtype"),
+    (
+        SDPA,
+        _sdpa(key=torch.randn(2, 5, 7)),
+        ValueError,
+        "query and key must have the same",
+    ),
+    (
+        SDPA,
+        _sdpa(value=torch.randn(2, 6, 3)),
+        ValueError,
+        "key and value must have the same",
+    ),
+    (
+        SDPA,
+        _sdpa(key=torch.randn(3, 5, 8), value=torch.randn(3, 5, 3)),
+        ValueError,
+        "query, key and value must broadcast",
+    ),
+    # head dim 0: the default scale 1/sqrt(D) does not exist
+    (
+        SDPA,
+        _sdpa(query=torch.randn(2, 4, 0), key=torch.randn(2, 5, 0)),
+        ValueError,
+        "query must have a positive feature width D",
+    ),
+    # masks: bool or floating only, the scores' shape, not with is_causal
+    (
+        SDPA,
+        _sdpa(mask=torch.ones(4, 5, dtype=torch.int64)),
+        TypeError,
+        "mask must be a bool",
+    ),
+    (
+        SDPA,
+        _sdpa(mask=torch.ones(4, 5, dtype=torch.uint8)),
+        TypeError,
+        "mask must be a bool",
+    ),
+    (SDPA, _sdpa(mask=[[True]]), TypeError, "mask must be a torch.Tensor, got a list"),
+    (
+        SDPA,
+        _sdpa(mask=torch.ones(4, 6, dtype=torch.bool)),
+        ValueError,
+        "mask must broadcast",
+    ),
+    (
+        SDPA,
+        _sdpa(mask=torch.ones(4, 5, dtype=torch.bool), is_causal=True),
+        ValueError,
+        "mask must be None when is_causal=True",
+    ),
+    # flags and numbers
+    (SDPA, _sdpa(is_causal=1), TypeError, "is_causal must be a bool, got 1"),
+    (SDPA, _sdpa(is_causal="yes"), TypeError, "is_causal must be a bool, got 'yes'"),
+    (SDPA, _sdpa(scale="0.5"), TypeError, "scale must be a real number, got '0.5'"),
+    (SDPA, _sdpa(scale=1j), TypeError, "scale must be a real number, got 1j"),
+    (SDPA, _sdpa(scale=0.0), ValueError, "scale must be a real number > 0, got 0.0"),
+    (SDPA, _sdpa(scale=float("nan")), ValueError, "scale must be a finite real number"),
+    pytest.param(
+        SDPA,
+        lambda: scaled_dot_product_attention(_q, _k.cuda(), _v),
+        ValueError,
+        "key must be on query's device cpu",
+        marks=_cuda,
+    ),
+    pytest.param(
+        SDPA,
+        lambda: scaled_dot_product_attention(_q, _k, _v, mask=torch.ones(4, 5).cuda()),
+        ValueError,
+        "mask must be on query's device cpu",
+        marks=_cuda,
+    ),
+    (
+        "attention_weights",
+        lambda: attention_weights(_q, _k, mask=torch.ones(3, 3, dtype=torch.bool)),
+        ValueError,
+        r"mask must broadcast to the scores' shape \(\.\.\., L, S\) \(2, 4, 5\)",
+    ),
+    (
+        "attention_weights",
+        lambda: attention_weights(_q, _k.half()),
+        TypeError,
+        "key must have",
+    ),
+    (
+        "attention_weights",
+        lambda: attention_weights(_q, _k, mask=torch.ones(4, 5, dtype=torch.int32)),
+        TypeError,
+        "mask must be a bool or floating tensor, got a tensor of dtype torch.int32",
+    ),
+    (
+        "attention_weights",
+        lambda: attention_weights(_q, _k, is_causal=None),
+        TypeError,
+        "is_c",
+    ),
+    # the scores before the Transformer
+    (
+        "dot_score",
+        lambda: dot_score(_q, _k.double()),
+        TypeError,
+        "key must have query's dtype",
+    ),
+    (
+        "dot_score",
+        lambda: dot_score(_q, torch.randn(3, 5, 8)),
+        ValueError,
+        "must broadcast",
+    ),
+    (
+        "dot_score",
+        lambda: dot_score(_q, torch.randn(2, 5, 7)),
+        ValueError,
+        "query and key",
+    ),
+    (
+        "dot_score",
+        lambda: dot_score(_q.tolist(), _k),
+        TypeError,
+        "query must be a torch.Tensor",
+    ),
+    (
+        "general_score",
+        lambda: general_score(_q, _k, weight=torch.eye(3)),
+        ValueError,
+        r"weight must have shape \(Dq, Dk\) \(8, 8\), got shape \(3, 3\)",
+    ),
+    (
+        "general_score",
+        lambda: general_score(_q, _k, weight=torch.eye(8).double()),
+        TypeError,
+        "weight must have query's dtype",
+    ),
+    (
+        "general_score",
+        lambda: general_score(_q, _k.double(), weight=torch.eye(8)),
+        TypeError,
+        "key must have query's dtype",
+    ),
+    (
+        "general_score",
+        lambda: general_score(_q, torch.randn(3, 5, 8), weight=torch.eye(8)),
+        ValueError,
+        "query and key must broadcast",
+    ),
+    (
+        "general_score",
+        lambda: general_score(_q, _k, weight=torch.ones(8)),
+        ValueError,
+        "weight must have 2 dimensions",
+    ),
+    (
+        "additive_score",
+        lambda: additive_score(_q, _k, **{**_w, "key_weight": torch.ones(5, 8)}),
+        ValueError,
+        "key_weight must have shape",
+    ),
+    (
+        "additive_score",
+        lambda: additive_score(_q, _k, **{**_w, "v": torch.ones(1, 4)}),
+        ValueError,
+        "v must have 1 dimensions",
+    ),
+    (
+        "additive_score",
+        lambda: additive_score(
+            _q, _k, **{**_w, "query_weight": torch.ones(4, 8).double()}
+        ),
+        TypeError,
+        "query_weight must have query's dtype",
+    ),
+    (
+        "additive_score",
+        lambda: additive_score(_q, _k.double(), **_w),
+        TypeError,
+        "key must have query's dtype",
+    ),
+    (
+        "concat_score",
+        lambda: concat_score(_q, _k, weight=torch.ones(4, 8), v=torch.ones(4)),
+        ValueError,
+        r"weight must have shape \(A, Dq \+ Dk\) \(4, 16\)",
+    ),
+    (
+        "concat_score",
+        lambda: concat_score(
+            _q, _k, weight=torch.ones(4, 16), v=torch.ones(4).double()
+        ),
+        TypeError,
+        "v must have query's dtype",
+    ),
+    (
+        "concat_score",
+        lambda: concat_score(
+            _q, torch.randn(3, 5, 8), weight=torch.ones(4, 16), v=torch.ones(4)
+        ),
+        ValueError,
+        "query and key must broadcast",
+    ),
+    # masks and their arguments
+    (
+        "causal_mask",
+        lambda: causal_mask(-1, 3),
+        ValueError,
+        "query_length must be an int >= 0",
+    ),
+    (
+        "causal_mask",
+        lambda: causal_mask(3, True),
+        TypeError,
+        "key_length must be an int, got T",
+    ),
+    (
+        "causal_mask",
+        lambda: causal_mask(3.0, 3),
+        TypeError,
+        "query_length must be an int, got",
+    ),
+    (
+        "causal_mask",
+        lambda: causal_mask(3, 3, alignment="top"),
+        ValueError,
+        "alignment must be one of 'top_left', 'bottom_right', got 'top'",
+    ),
+    (
+        "causal_mask",
+        lambda: causal_mask(3, 3, device="gpu"),
+        ValueError,
+        "device must be a dev",
+    ),
+    (
+        "causal_mask",
+        lambda: causal_mask(3, 3, device="cuda:9"),
+        ValueError,
+        "device must be a",
+    ),
+    (
+        "causal_mask",
+        lambda: causal_mask(3, 3, device=0),
+        TypeError,
+        "device must be a torch.de",
+    ),
+    # tiled attention
+    (
+        "tiled_attention",
+        lambda: tiled_attention(_q, _k, _v, block_size=0),
+        ValueError,
+        "block_s",
+    ),
+    (
+        "tiled_attention",
+        lambda: tiled_attention(_q, _k, _v, block_size=2.0),
+        TypeError,
+        "block",
+    ),
+    (
+        "tiled_attention",
+        lambda: tiled_attention(_q, _k, _v, block_size=2, is_causal=None),
+        TypeError,
+        "is_causal must be a bool",
+    ),
+    (
+        "tiled_attention",
+        lambda: tiled_attention(_q, _k.double(), _v, block_size=2),
+        TypeError,
+        "key",
+    ),
+    (
+        "tiled_attention",
+        lambda: tiled_attention(
+            torch.randn(2, 4, 0), torch.randn(2, 5, 0), _v, block_size=2
+        ),
+        ValueError,
+        "query must have a positive feature width D",
+    ),
+    (
+        "tiled_attention",
+        lambda: tiled_attention(_q, _k, _v, block_size=2, scale=-1),
+        ValueError,
+        "scale",
+    ),
+    # nn.MultiheadAttention's masks
+    (
+        "mask_from_torch_mha",
+        lambda: mask_from_torch_mha(key_padding_mask=torch.ones(5, dtype=torch.bool)),
+        ValueError,
+        r"key_padding_mask must have 2 dimensions, got shape \(5,\)",
+    ),
+    (
+        "mask_from_torch_mha",
+        lambda: mask_from_torch_mha(attn_mask=torch.ones(4, 5, dtype=torch.int64)),
+        TypeError,
+        "attn_mask must be a bool or floating tensor, got a tensor of dtype torch.int64",
+    ),
+    (
+        "mask_from_torch_mha",
+        lambda: mask_from_torch_mha(attn_mask=[[True]]),
+        TypeError,
+        "attn_mask must be a torch.Tensor",
+    ),
+    (
+        "mask_from_torch_mha",
+        lambda: mask_from_torch_mha(
+            attn_mask=torch.ones(4, 5, dtype=torch.bool),
+            key_padding_mask=torch.ones(2, 6, dtype=torch.bool),
+        ),
+        ValueError,
+        "attn_mask and key_padding_mask must have the same key-length \\(S\\) size",
+    ),
+    # the multi-head module: arguments checked before any projection runs
+    (
+        "MultiHeadAttention",
+        lambda: MultiHeadAttention(10, 4),
+        ValueError,
+        "num_heads must divide embed_dim, got embed_dim=10, num_heads=4",
+    ),
+    (
+        "MultiHeadAttention",
+        lambda: MultiHeadAttention(8, 0),
+        ValueError,
+        "num_heads must be a po",
+    ),
+    (
+        "MultiHeadAttention",
+        lambda: MultiHeadAttention(8.0, 2),
+        TypeError,
+        "embed_dim must be an",
+    ),
+    (
+        "MultiHeadAttention",
+        lambda: MultiHeadAttention(8, 2, bias=1),
+        TypeError,
+        "bias must be a",
+    ),
+    (
+        "MultiHeadAttention",
+        lambda: MultiHeadAttention(8, 2, dtype="float32"),
+        TypeError,
+        "dtype must be a torch.dtype such as torch.float32, got the string 'float32'",
+    ),
+    (
+        "MultiHeadAttention",
+        lambda: MultiHeadAttention(8, 2, dtype=torch.int64),
+        TypeError,
+        "dtype must be a floating torch.dtype",
+    ),
+    (
+        "MultiHeadAttention",
+        lambda: MultiHeadAttention(8, 2, device="cuda:9"),
+        ValueError,
+        "device must be a device this machine has",
+    ),
+    (
+        "MultiHeadAttention.forward",
+        lambda: _mha(_q[None], _q[None], _q[None]),
+        ValueError,
+        r"query must have 3 dimensions, got shape \(1, 2, 4, 8\)",
+    ),
+    (
+        "MultiHeadAttention.forward",
+        lambda: _mha(_x[..., :6], _x, _x),
+        ValueError,
+        r"query must have size 8 \(embed_dim\) in dimension -1, got shape \(2, 3, 6\)",
+    ),
+    (
+        "MultiHeadAttention.forward",
+        lambda: _mha(_x.double(), _x.double(), _x.double()),
+        TypeError,
+        "query must have q_proj.weight's dtype torch.float32",
+    ),
+    (
+        "MultiHeadAttention.forward",
+        lambda: _mha(_x, _x[:1], _x[:1]),
+        ValueError,
+        r"query and key must have the same batch \(B\) size",
+    ),
+    (
+        "MultiHeadAttention.forward",
+        lambda: _mha(_x, _x, _x[:, :2]),
+        ValueError,
+        r"key and value must have the same length \(S\) size",
+    ),
+    (
+        "MultiHeadAttention.forward",
+        lambda: _mha(_x, _x, _x, mask=torch.ones(3, 3, dtype=torch.int64)),
+        TypeError,
+        "mask must be a bool or floating tensor",
+    ),
+    (
+        "MultiHeadAttention.forward",
+        lambda: _mha(_x, _x, _x, mask=torch.ones(3, 4, dtype=torch.bool)),
+        ValueError,
+        r"mask must broadcast to the scores' shape \(\.\.\., L, S\) \(2, 2, 3, 3\)",
+    ),
+    (
+        "MultiHeadAttention.forward",
+        lambda: _mha(_x, _x, _x, is_causal="no"),
+        TypeError,
+        "is_causal must be a bool",
+    ),
+    (
+        "MultiHeadAttention.forward",
+        lambda: _mha(_x.tolist(), _x, _x),
+        TypeError,
+        "query must be a torch.Tensor, got a list",
+    ),
+    (
+        "MultiHeadAttention.load_torch_weights",
+        lambda: MultiHeadAttention(8, 2).load_torch_weights(torch.nn.Linear(8, 8)),
+        TypeError,
+        "module must be a MultiheadAttention, got a Linear",
+    ),
+    (
+        "MultiHeadAttention.load_torch_weights",
+        lambda: MultiHeadAttention(8, 2).load_torch_weights(
+            torch.nn.MultiheadAttention(8, 4)
+        ),
+        ValueError,
+        "module must have embed_dim=8, num_heads=2",
+    ),
+    (
+        "MultiHeadAttention.load_torch_weights",
+        lambda: MultiHeadAttention(8, 2).load_torch_weights(
+            torch.nn.MultiheadAttention(8, 2, bias=False)
+        ),
+        ValueError,
+        "module must have bias=True like this module, got bias=False",
+    ),
+    (
+        "MultiHeadAttention.load_torch_weights",
+        lambda: MultiHeadAttention(8, 2).load_torch_weights(
+            torch.nn.MultiheadAttention(8, 2, kdim=4)
+        ),
+        ValueError,
+        "module must pack q, k, v in in_proj_weight",
+    ),
+    # measuring memory
+    (
+        "measure_peak_memory",
+        lambda: measure_peak_memory(3, device="cpu"),
+        TypeError,
+        "fn must",
+    ),
+    (
+        "measure_peak_memory",
+        lambda: measure_peak_memory(lambda: None, device="gpu"),
+        ValueError,
+        "device must be a device such as 'cpu' or 'cuda', got 'gpu'",
+    ),
+    (
+        "measure_peak_memory",
+        lambda: measure_peak_memory(lambda: None, device=0),
+        TypeError,
+        "device must be a torch.device or a device string, got 0",
+    ),
+    (
+        "measure_peak_memory",
+        lambda: measure_peak_memory(lambda: None, device="cuda:9"),
+        ValueError,
+        "device must be a device this machine has",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("override", "error", "match"), SDPA_BAD)
-def test_sdpa_rejects(override, error, match):
-    args = {"query": _q, "key": _k, "value": _v, **override}
-    with pytest.raises(error, match=match):
-        scaled_dot_product_attention(args.pop("query"), args.pop("key"), args.pop("value"), **args)
+# ---- empty inputs give their natural answer --------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("call", "error", "match"),
-    [
-        (
-            lambda: tiled_attention(_q, _k, _v, block_size=0),
-            ValueError,
-            "block_size must be positive, got 0",
-        ),
-        (
-            lambda: tiled_attention(_q, _k, _v, block_size=2.0),
-            TypeError,
-            "block_size must be an int",
-        ),
-        (
-            lambda: tiled_attention(_q, _k, _v, block_size=2, is_causal=None),
-            TypeError,
-            "is_causal must be a bool",
-        ),
-        (
-            lambda: attention_weights(_q, _k, mask=torch.ones(3, 3, dtype=torch.bool)),
-            ValueError,
-            "mask must broadcast",
-        ),
-        (lambda: causal_mask(0, 3), ValueError, "query_length must be positive, got 0"),
-        (lambda: causal_mask(3, True), TypeError, "key_length must be an int, got bool"),
-        (
-            lambda: causal_mask(3, 3, alignment="top"),
-            ValueError,
-            "alignment must be 'top_left' or 'bottom_right'",
-        ),
-        (
-            lambda: general_score(_q, _k, weight=torch.eye(3)),
-            ValueError,
-            r"weight must have shape \(Dq, Dk\)",
-        ),
-        (
-            lambda: additive_score(
-                _q, _k, query_weight=torch.ones(4, 8), key_weight=torch.ones(5, 8), v=torch.ones(4)
-            ),
-            ValueError,
-            "key_weight must have shape",
-        ),
-        (
-            lambda: concat_score(_q, _k, weight=torch.ones(4, 8), v=torch.ones(4)),
-            ValueError,
-            r"weight must have shape \(A, Dq \+ Dk\)",
-        ),
-        (
-            lambda: MultiHeadAttention(10, 4),
-            ValueError,
-            "num_heads must divide embed_dim, got embed_dim=10, num_heads=4",
-        ),
-        (lambda: MultiHeadAttention(8, 0), ValueError, "num_heads must be positive"),
-        (lambda: MultiHeadAttention(8.0, 2), TypeError, "embed_dim must be an int"),
-        (
-            lambda: MultiHeadAttention(8, 2)(_q[None], _q[None], _q[None]),
-            ValueError,
-            r"query must have shape \(B, length, embed_dim=8\)",
-        ),
-        (
-            lambda: MultiHeadAttention(8, 2).load_torch_weights(torch.nn.Linear(8, 8)),
-            TypeError,
-            "module must be an nn.MultiheadAttention",
-        ),
-        (
-            lambda: MultiHeadAttention(8, 2).load_torch_weights(torch.nn.MultiheadAttention(8, 4)),
-            ValueError,
-            "module must have embed_dim=8, num_heads=2",
-        ),
-        (
-            lambda: mask_from_torch_mha(key_padding_mask=torch.ones(5, dtype=torch.bool)),
-            ValueError,
-            r"key_padding_mask must be a 2-D \(B, S\)",
-        ),
-        (lambda: measure_peak_memory(3, device="cpu"), TypeError, "fn must be callable"),
-    ],
-)
-def test_other_functions_reject(call, error, match):
-    with pytest.raises(error, match=match):
-        call()
+def test_no_keys_give_zero_outputs_like_a_fully_masked_row():
+    q, k, v = torch.randn(2, 4, 8), torch.randn(2, 0, 8), torch.randn(2, 0, 3)
+    assert attention_weights(q, k).shape == (2, 4, 0)
+    for out in (
+        scaled_dot_product_attention(q, k, v),
+        scaled_dot_product_attention(q, k, v, is_causal=True),
+        tiled_attention(q, k, v, block_size=2),
+    ):
+        assert torch.equal(out, torch.zeros(2, 4, 3))
+    assert dot_score(q, k).shape == (2, 4, 0)
+
+
+def test_no_queries_give_empty_outputs():
+    q, k, v = torch.randn(2, 0, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 3)
+    assert scaled_dot_product_attention(q, k, v).shape == (2, 0, 3)
+    assert tiled_attention(q, k, v, block_size=2).shape == (2, 0, 3)
+    assert causal_mask(0, 5).shape == (0, 5)
+    assert causal_mask(3, 0, alignment="bottom_right").shape == (3, 0)
+
+
+def test_dot_score_of_width_zero_is_the_empty_sum():
+    assert torch.equal(
+        dot_score(torch.randn(3, 0), torch.randn(4, 0)), torch.zeros(3, 4)
+    )
+
+
+def test_masks_of_two_float_dtypes_combine_in_the_wider_one():
+    combined = mask_from_torch_mha(
+        attn_mask=torch.zeros(2, 3, dtype=torch.float16),
+        key_padding_mask=torch.zeros(1, 3, dtype=torch.float64),
+    )
+    assert combined.dtype == torch.float64 and combined.shape == (1, 1, 2, 3)
 
 
 def test_mask_from_torch_mha_inverts_and_combines():
@@ -512,13 +1008,74 @@ def test_mask_from_torch_mha_inverts_and_combines():
     assert torch.equal(mask_from_torch_mha(attn_mask=blocked), ~blocked)
     both = mask_from_torch_mha(attn_mask=blocked, key_padding_mask=padding)
     assert torch.equal(both[1, 0], torch.tensor([[True, False], [True, False]]))
-    additive = mask_from_torch_mha(attn_mask=torch.zeros(2, 2), key_padding_mask=padding)
-    assert additive.dtype == torch.float32 and torch.isneginf(additive[1, 0, :, 1]).all()
+    additive = mask_from_torch_mha(
+        attn_mask=torch.zeros(2, 2), key_padding_mask=padding
+    )
+    assert (
+        additive.dtype == torch.float32 and torch.isneginf(additive[1, 0, :, 1]).all()
+    )
 
 
-# ---------------------------------------------------------------------------------------------
-# Checkers, both ways
-# ---------------------------------------------------------------------------------------------
+# ---- valid random inputs never raise -----------------------------------------------------
+
+
+@st.composite
+def valid_calls(draw):
+    """Any valid shapes (empty L or S included), dtypes, masks, flags and scales."""
+    batch = draw(st.lists(st.integers(1, 2), max_size=2))
+    length, source = draw(st.integers(0, 5)), draw(st.integers(0, 5))
+    width, dv = draw(st.integers(1, 6)), draw(st.integers(0, 4))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16]))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    q = torch.randn(*batch, length, width, generator=gen).to(dtype)
+    k = torch.randn(*batch, source, width, generator=gen).to(dtype)
+    v = torch.randn(*batch, source, dv, generator=gen).to(dtype)
+    kind = draw(st.sampled_from(["none", "bool", "float", "causal"]))
+    mask = None
+    if kind == "bool":
+        mask = torch.rand(length, source, generator=gen) > 0.5
+    elif kind == "float":
+        mask = torch.randn(length, source, generator=gen).to(dtype)
+    scale = draw(st.one_of(st.none(), st.floats(0.01, 10.0), st.integers(1, 3)))
+    return q, k, v, mask, kind == "causal", scale, draw(st.integers(1, 4))
+
+
+@given(valid_calls())
+def test_valid_random_inputs_never_raise(call):
+    q, k, v, mask, causal, scale, block = call
+    out = scaled_dot_product_attention(
+        q, k, v, mask=mask, is_causal=causal, scale=scale
+    )
+    assert (
+        out.shape == (*out.shape[:-2], q.shape[-2], v.shape[-1])
+        and out.dtype == q.dtype
+    )
+    weights = attention_weights(q, k, mask=mask, is_causal=causal, scale=scale)
+    assert weights.shape[-2:] == (q.shape[-2], k.shape[-2])
+    tiled = tiled_attention(q, k, v, block_size=block, is_causal=causal, scale=scale)
+    assert tiled.shape == out.shape
+    assert dot_score(q, k).shape == weights.shape
+    assert (
+        causal_mask(q.shape[-2], k.shape[-2], alignment="bottom_right").dtype
+        == torch.bool
+    )
+
+
+@given(
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.integers(0, 4),
+    st.booleans(),
+    st.booleans(),
+)
+def test_valid_multi_head_calls_never_raise(heads, per_head, length, bias, causal):
+    mha = MultiHeadAttention(heads * per_head, heads, bias=bias, dtype=torch.float64)
+    x = torch.randn(2, length, heads * per_head, dtype=torch.float64)
+    mask = None if causal else torch.ones(length, length, dtype=torch.bool)
+    assert mha(x, x, x, mask=mask, is_causal=causal).shape == x.shape
+
+
+# ---- checkers, both ways -------------------------------------------------------------
 
 
 def _reject(checker, fn, name):
@@ -546,7 +1103,9 @@ def test_check_attention_both_ways():
     )
     _reject(
         checks.check_attention,
-        lambda query, key, value: torch.softmax(query @ key.mT / query.shape[-1], dim=-1) @ value,
+        lambda query, key, value: (
+            torch.softmax(query @ key.mT / query.shape[-1], dim=-1) @ value
+        ),
         "divided by d_k instead of sqrt(d_k)",
     )
 
@@ -576,8 +1135,16 @@ def test_check_causal_mask_both_ways():
     assert checks.check_causal_mask(
         lambda query_length, key_length: causal_mask(query_length, key_length)
     )
-    _reject(checks.check_causal_mask, make(-1), "causal mask off by one (the diagonal is excluded)")
-    _reject(checks.check_causal_mask, make(1), "causal mask off by one (one future key is visible)")
+    _reject(
+        checks.check_causal_mask,
+        make(-1),
+        "causal mask off by one (the diagonal is excluded)",
+    )
+    _reject(
+        checks.check_causal_mask,
+        make(1),
+        "causal mask off by one (one future key is visible)",
+    )
 
     def bottom_right(query_length, key_length):
         return causal_mask(query_length, key_length, alignment="bottom_right")
@@ -591,7 +1158,9 @@ def test_check_causal_mask_both_ways():
 
 def test_check_split_heads_both_ways():
     assert checks.check_split_heads(
-        lambda x, num_heads: x.view(x.shape[0], x.shape[1], num_heads, -1).transpose(1, 2)
+        lambda x, num_heads: x.view(x.shape[0], x.shape[1], num_heads, -1).transpose(
+            1, 2
+        )
     )
     _reject(
         checks.check_split_heads,
@@ -607,7 +1176,9 @@ def test_check_tiled_attention_both_ways():
         )
     )
     _reject(
-        checks.check_tiled_attention, checks._tiled_without_rescale, "running sums not rescaled"
+        checks.check_tiled_attention,
+        checks._tiled_without_rescale,
+        "running sums not rescaled",
     )
 
     def no_max(query, key, value, block_size):

@@ -1,0 +1,173 @@
+"""The bad-input contract of every public companion name, in one table-driven test.
+
+Each module's test file, ``tests/test_<module>.py`` (and, for the exercise checkers, each
+``tests/checks/test_<chapter>.py`` that has one), defines ``BAD_INPUTS``: a list of
+``(public_name, thunk, exc_type, match_regex)`` (or ``pytest.param`` of those four, to add
+marks such as a CUDA skip). ``public_name`` is a name in the module's ``__all__``, or
+``Class.method``. Here every case runs and must raise ``exc_type`` (a ``TypeError`` or
+``ValueError``) whose message matches ``match_regex`` and names an argument of the
+function it calls. And every callable name in a module's ``__all__`` must have a case: a
+new public name without one fails :func:`test_every_public_name_has_a_bad_input_case`. A
+name that takes no input a caller could get wrong (a result record) is listed in the test
+file's ``NO_BAD_INPUTS``, name -> why.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+#: companion's public modules, in reading order; a module that does not exist yet is skipped
+MODULES = [
+    "environment",
+    "plotting",
+    "positional",
+    "rope",
+    "extension",
+    "attention",
+    "norm",
+    "model",
+    "decoder",
+    "performance",
+]
+
+#: names a message may use for an argument that is not a parameter of the signature
+ARGUMENTS_BEYOND_THE_SIGNATURE = {
+    "environment.default_device": {"COMPANION_DEVICE"},  # read from the environment
+}
+
+
+# ---- collecting the tables -------------------------------------------------------------
+
+
+def _load(path: Path) -> ModuleType | None:
+    """Import a test file under a private name; ``None`` when it skips itself (an optional
+    dependency missing)."""
+    name = "_contract_" + "_".join(path.relative_to(TESTS).with_suffix("").parts)
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except pytest.skip.Exception:
+        return None
+    sys.modules[name] = module
+    return module
+
+
+def _targets() -> list[tuple[str, Path]]:
+    """(companion module, test file) pairs whose tables this test reads."""
+    pairs = [
+        (name, TESTS / f"test_{name}.py")
+        for name in MODULES
+        if importlib.util.find_spec(f"companion.{name}") is not None
+    ]
+    for path in sorted((TESTS / "checks").glob("test_*.py")):
+        chapter = path.stem.removeprefix("test_")
+        if "BAD_INPUTS" in path.read_text():  # checker tests that define a table
+            found = importlib.util.find_spec(f"companion.checks.{chapter}") is not None
+            pairs.append((f"checks.{chapter}" if found else "checks", path))
+    return pairs
+
+
+def _cases() -> list:
+    cases = []
+    for module, path in _targets():
+        tests = _load(path) if path.exists() else None
+        for i, case in enumerate(getattr(tests, "BAD_INPUTS", [])):
+            values, marks = (
+                (case.values, case.marks) if hasattr(case, "values") else (case, ())
+            )
+            name = values[0]
+            cases.append(
+                pytest.param(module, *values, marks=marks, id=f"{module}.{name}-{i}")
+            )
+    return cases
+
+
+def _resolve(module: str, public_name: str) -> object:
+    obj: object = importlib.import_module(f"companion.{module}")
+    for part in public_name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _argument_names(obj: object) -> set[str]:
+    """Parameter names of a function, or of a class's constructor and public methods."""
+    functions = [obj]
+    if inspect.isclass(obj):
+        functions = [obj.__init__] + [
+            f
+            for n, f in inspect.getmembers(obj, inspect.isfunction)
+            if (not n.startswith("_") and n in vars(obj)) or n == "forward"
+        ]
+    names = set()
+    for f in functions:
+        try:
+            names |= set(inspect.signature(f).parameters) - {"self"}
+        except (TypeError, ValueError):  # a builtin without a signature
+            continue
+    return names
+
+
+# ---- every case raises a named TypeError or ValueError ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "public_name", "thunk", "exc_type", "match"), _cases()
+)
+def test_bad_input_raises_a_named_error(module, public_name, thunk, exc_type, match):
+    assert exc_type in (TypeError, ValueError), (
+        "the contract allows TypeError or ValueError"
+    )
+    with pytest.raises(exc_type, match=match) as info:
+        thunk()
+    assert type(info.value) is exc_type, f"raised a {type(info.value).__name__}"
+    message = str(info.value)
+    arguments = _argument_names(_resolve(module, public_name))
+    arguments |= ARGUMENTS_BEYOND_THE_SIGNATURE.get(f"{module}.{public_name}", set())
+    named = [a for a in arguments if re.search(rf"(?<![\w.]){re.escape(a)}\b", message)]
+    assert named, (
+        f"the message names none of the arguments {sorted(arguments)}: {message!r}"
+    )
+
+
+# ---- every public name has a case -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "path"), _targets(), ids=lambda v: str(v).split("/")[-1]
+)
+def test_every_public_name_has_a_bad_input_case(module, path):
+    if not path.exists():
+        pytest.fail(
+            f"companion.{module} has no test file {path.relative_to(TESTS.parent)}"
+        )
+    tests = _load(path)
+    if tests is None:
+        pytest.skip(
+            f"{path.name} skips itself here (an optional dependency is missing)"
+        )
+    if not hasattr(tests, "BAD_INPUTS"):
+        pytest.fail(f"{path.name} defines no BAD_INPUTS for companion.{module}")
+    exempt = getattr(tests, "NO_BAD_INPUTS", {})
+    assert all(isinstance(why, str) and why for why in exempt.values()), "say why"
+    names = {(c.values if hasattr(c, "values") else c)[0] for c in tests.BAD_INPUTS}
+    for name in names:  # every case names something that exists
+        _resolve(module, name)
+    public = importlib.import_module(f"companion.{module}").__all__
+    covered = {n.split(".")[0] for n in names} | set(exempt)
+    missing = [n for n in public if callable(_resolve(module, n)) and n not in covered]
+    assert not missing, (
+        f"public names of companion.{module} with no bad-input case: {missing}"
+    )
