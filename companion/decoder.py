@@ -112,7 +112,9 @@ class DecoderSpec:
     mlp_bias: bool = False
     max_positions: int = 0  # rows of the learned table (GPT-2), else the context length
     rotary_dim: int = 0  # leading coordinates of each head that RoPE turns
-    rope: dict[str, Any] = field(default_factory=dict)  # rope_type, rope_theta, factor, ...
+    rope: dict[str, Any] = field(
+        default_factory=dict
+    )  # rope_type, rope_theta, factor, ...
     scales: tuple[float, ...] = ()  # score scale per layer (GPT-2 may change it)
 
 
@@ -211,7 +213,9 @@ class DecoderBlock(nn.Module):
         """Attention of the (normalized) ``x`` ``(B, L, E)`` over the cache and itself."""
         s = self.spec
         B, L, _ = x.shape
-        q = self.q_proj(x).view(B, L, s.num_heads, s.head_dim).transpose(1, 2)  # (B, H, L, D)
+        q = (
+            self.q_proj(x).view(B, L, s.num_heads, s.head_dim).transpose(1, 2)
+        )  # (B, H, L, D)
         k = self.k_proj(x).view(B, L, s.num_kv_heads, s.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, L, s.num_kv_heads, s.head_dim).transpose(1, 2)
         if rope is not None:  # rotate before caching: a cached key keeps its position
@@ -294,7 +298,9 @@ class Decoder(nn.Module):
             else None
         )
         self.embed_norm = _norm_factory(spec)() if spec.embedding_norm else None
-        self.blocks = nn.ModuleList(DecoderBlock(spec, i) for i in range(spec.num_layers))
+        self.blocks = nn.ModuleList(
+            DecoderBlock(spec, i) for i in range(spec.num_layers)
+        )
         self.final_norm = _norm_factory(spec)()
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         if spec.tied_embeddings:
@@ -335,7 +341,9 @@ class Decoder(nn.Module):
             )
         return key.shape[2]
 
-    def decode(self, input_ids: Tensor, past: Cache | None = None) -> tuple[Tensor, Cache]:
+    def decode(
+        self, input_ids: Tensor, past: Cache | None = None
+    ) -> tuple[Tensor, Cache]:
         """Logits of ``input_ids`` placed after the ``past`` tokens, and the grown cache.
 
         With ``past=None`` this is the prefill (positions ``0 .. L-1``); with a cache of
@@ -359,8 +367,8 @@ class Decoder(nn.Module):
         past_length = self._check_past(past, ids)
         self._check_ids(ids, past_length)
         s = self.spec
-        B, L = ids.shape
-        S = past_length + L
+        L = ids.shape[1]
+        S = past_length + L  # keys after this call
         positions = torch.arange(past_length, S, device=ids.device)  # (L,)
         x = self.embed(ids)  # (B, L, E)
         if self.position_embed is not None:
@@ -381,7 +389,9 @@ class Decoder(nn.Module):
         logits = self.lm_head(self.final_norm(x))  # (B, L, V)
         return logits, tuple(present)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None
+    ) -> Tensor:
         """Logits ``(B, L, V)`` of ``input_ids`` ``(B, L)`` (no cache).
 
         Args:
@@ -431,7 +441,8 @@ def _rope_parameters(config: Any, rotary_dim: int) -> dict[str, Any]:
     if kind == "yarn":
         if params.get("factor") is None:  # DeepSeek's convention
             params["factor"] = (
-                config.max_position_embeddings / params["original_max_position_embeddings"]
+                config.max_position_embeddings
+                / params["original_max_position_embeddings"]
             )
         if params.get("attention_factor") is None and params.get("mscale"):
             mscale, all_dim = params.get("mscale"), params.get("mscale_all_dim")
@@ -450,7 +461,9 @@ def _rope_parameters(config: Any, rotary_dim: int) -> dict[str, Any]:
 
 def _check_common(config: Any) -> None:
     if getattr(config, "sliding_window", None) is not None:
-        raise _unsupported(f"sliding-window attention (sliding_window={config.sliding_window})")
+        raise _unsupported(
+            f"sliding-window attention (sliding_window={config.sliding_window})"
+        )
     layer_types = getattr(config, "layer_types", None)
     if layer_types and any(t != "full_attention" for t in layer_types):
         raise _unsupported(f"layer_types {sorted(set(layer_types))}")
@@ -462,7 +475,9 @@ def _check_common(config: Any) -> None:
 
 def _activation(name: object) -> str:
     if not isinstance(name, str) or name not in _ACTIVATIONS:
-        raise _unsupported(f"activation {name!r} (supported: {', '.join(_ACTIVATIONS)})")
+        raise _unsupported(
+            f"activation {name!r} (supported: {', '.join(_ACTIVATIONS)})"
+        )
     return name
 
 
@@ -597,7 +612,9 @@ def _spec_bloom(model: nn.Module) -> DecoderSpec:
     )
 
 
-def _copy(dst: nn.Linear | nn.Module, weight: Tensor, bias: Tensor | None = None) -> None:
+def _copy(
+    dst: nn.Linear | nn.Module, weight: Tensor, bias: Tensor | None = None
+) -> None:
     dst.weight.copy_(weight)
     if bias is not None:
         dst.bias.copy_(bias)
@@ -609,7 +626,8 @@ def _split_fused(weight: Tensor, bias: Tensor | None, heads: int) -> list:
     w = weight.view(heads, 3, -1, e)  # (H, q/k/v, D, E)
     b = None if bias is None else bias.view(heads, 3, -1)
     return [
-        (w[:, j].reshape(-1, e), None if b is None else b[:, j].reshape(-1)) for j in range(3)
+        (w[:, j].reshape(-1, e), None if b is None else b[:, j].reshape(-1))
+        for j in range(3)
     ]
 
 
@@ -624,9 +642,13 @@ def _load_weights(dst: Decoder, model: nn.Module, family: str) -> None:
             block.norm1.weight.copy_(layer.input_layernorm.weight)
             block.norm2.weight.copy_(layer.post_attention_layernorm.weight)
             for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-                _copy(getattr(block, name), getattr(a, name).weight, getattr(a, name).bias)
+                _copy(
+                    getattr(block, name), getattr(a, name).weight, getattr(a, name).bias
+                )
             for name in ("gate_proj", "up_proj", "down_proj"):
-                _copy(getattr(block, name), getattr(m, name).weight, getattr(m, name).bias)
+                _copy(
+                    getattr(block, name), getattr(m, name).weight, getattr(m, name).bias
+                )
     elif family == "gpt2":
         base = model.transformer
         dst.embed.weight.copy_(base.wte.weight)
@@ -667,12 +689,22 @@ def _load_weights(dst: Decoder, model: nn.Module, family: str) -> None:
                 layer.post_attention_layernorm.weight,
                 layer.post_attention_layernorm.bias,
             )
-            fused = _split_fused(a.query_key_value.weight, a.query_key_value.bias, s.num_heads)
+            fused = _split_fused(
+                a.query_key_value.weight, a.query_key_value.bias, s.num_heads
+            )
             for (w, b), name in zip(fused, ("q_proj", "k_proj", "v_proj"), strict=True):
                 _copy(getattr(block, name), w, b)
             _copy(block.o_proj, a.dense.weight, a.dense.bias)
-            _copy(block.up_proj, layer.mlp.dense_h_to_4h.weight, layer.mlp.dense_h_to_4h.bias)
-            _copy(block.down_proj, layer.mlp.dense_4h_to_h.weight, layer.mlp.dense_4h_to_h.bias)
+            _copy(
+                block.up_proj,
+                layer.mlp.dense_h_to_4h.weight,
+                layer.mlp.dense_h_to_4h.bias,
+            )
+            _copy(
+                block.down_proj,
+                layer.mlp.dense_4h_to_h.weight,
+                layer.mlp.dense_4h_to_h.bias,
+            )
     if not s.tied_embeddings:
         dst.lm_head.weight.copy_(model.get_output_embeddings().weight)
 

@@ -1,0 +1,602 @@
+"""Tests of companion.decoder against Hugging Face transformers (the oracle).
+
+Every architecture and every variation the issue lists is built as a tiny Hugging Face model
+with random weights (no download), copied with ``from_hf``, and compared: logits within 1e-4
+(float32) on a sequence longer than the original context where positions are scaled, and
+greedy KV-cache tokens identical to Hugging Face's ``generate(do_sample=False)`` for 20 new
+tokens. Weights are drawn larger than Hugging Face's initialisation (std 0.02 gives almost
+uniform attention, where a wrong position scheme would hardly show); a companion test checks
+that each variation moves the logits by far more than the tolerance, so the comparison can
+fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("transformers")
+
+import transformers  # noqa: E402
+from transformers import (  # noqa: E402
+    BloomConfig,
+    BloomForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
+
+from companion import decoder  # noqa: E402
+from companion.decoder import Decoder, from_hf, generate  # noqa: E402
+
+transformers.logging.set_verbosity_error()  # "exceeded the predefined maximum length"
+
+VOCAB = 61
+TOL = 1e-4
+PROMPT = 12  # greedy: 12 + 20 tokens = 32, twice the context of the scaled configs
+NEW = 20
+SCALED_CONTEXT = 16  # max_position_embeddings of the configs whose RoPE is scaled
+LONG = 40  # logits compared on 40 tokens: 2.5x the scaled context
+
+IDS = dict(bos_token_id=0, eos_token_id=1, pad_token_id=2)
+
+
+def _llama(**kw: object) -> tuple[type, object]:
+    cfg = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        **IDS,
+    )
+    cfg.update(kw)
+    return LlamaForCausalLM, LlamaConfig(**cfg)
+
+
+def _rope(kind: str, **kw: object) -> dict:
+    return {"rope_type": kind, "rope_theta": 10000.0, **kw}
+
+
+def _gpt2(**kw: object) -> tuple[type, object]:
+    cfg = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, **IDS)
+    cfg.update(kw)
+    return GPT2LMHeadModel, GPT2Config(**cfg)
+
+
+def _neox(**kw: object) -> tuple[type, object]:
+    cfg = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        **IDS,
+    )
+    cfg.update(kw)
+    return GPTNeoXForCausalLM, GPTNeoXConfig(**cfg)
+
+
+def _bloom(**kw: object) -> tuple[type, object]:
+    cfg = dict(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4, **IDS)
+    cfg.update(kw)
+    return BloomForCausalLM, BloomConfig(**cfg)
+
+
+C = SCALED_CONTEXT
+VARIANTS = {
+    # Llama: RoPE with every scaling type, GQA/MQA, biases, tied embeddings
+    "llama": _llama(),
+    "llama-gqa": _llama(num_key_value_heads=2),
+    "llama-mqa": _llama(num_key_value_heads=1),
+    "llama-bias": _llama(attention_bias=True, mlp_bias=True),
+    "llama-tied": _llama(tie_word_embeddings=True),
+    "llama-head-dim": _llama(head_dim=16),  # heads * head_dim != hidden_size
+    "llama-linear": _llama(
+        max_position_embeddings=C, rope_parameters=_rope("linear", factor=4.0)
+    ),
+    "llama-dynamic": _llama(
+        max_position_embeddings=C, rope_parameters=_rope("dynamic", factor=2.0)
+    ),
+    "llama-yarn": _llama(
+        max_position_embeddings=C,
+        num_key_value_heads=2,
+        rope_parameters=_rope("yarn", factor=4.0, original_max_position_embeddings=C),
+    ),
+    "llama-yarn-mscale": _llama(
+        max_position_embeddings=C,
+        rope_parameters=_rope(
+            "yarn",
+            factor=4.0,
+            original_max_position_embeddings=C,
+            mscale=0.7,
+            mscale_all_dim=1.0,
+            beta_fast=16.0,
+            beta_slow=2.0,
+        ),
+    ),
+    "llama-llama3": _llama(
+        max_position_embeddings=C,
+        rope_parameters=_rope(
+            "llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=C,
+        ),
+    ),
+    # GPT-2: learned positions, Conv1D weights, tied or untied, attention scale options
+    "gpt2": _gpt2(),
+    "gpt2-untied": _gpt2(tie_word_embeddings=False),
+    "gpt2-inverse-layer-scale": _gpt2(scale_attn_by_inverse_layer_idx=True),
+    "gpt2-unscaled": _gpt2(scale_attn_weights=False),
+    "gpt2-n-inner-relu": _gpt2(n_inner=48, activation_function="relu"),
+    # GPT-NeoX: partial rotary, parallel or serial residual, biases, tied, scaling
+    "neox": _neox(),  # partial_rotary_factor 0.25, parallel residual
+    "neox-serial": _neox(use_parallel_residual=False),
+    "neox-full-rotary": _neox(
+        rope_parameters=_rope("default", partial_rotary_factor=1.0)
+    ),
+    "neox-half-rotary": _neox(
+        rope_parameters=_rope("default", partial_rotary_factor=0.5)
+    ),
+    "neox-no-bias": _neox(attention_bias=False),
+    "neox-tied": _neox(tie_word_embeddings=True),
+    "neox-dynamic": _neox(
+        max_position_embeddings=C,
+        rope_parameters=_rope("dynamic", factor=2.0, partial_rotary_factor=0.5),
+    ),
+    "neox-yarn": _neox(
+        max_position_embeddings=C,
+        rope_parameters=_rope(
+            "yarn",
+            factor=4.0,
+            original_max_position_embeddings=C,
+            partial_rotary_factor=0.5,
+        ),
+    ),
+    # BLOOM: ALiBi with power-of-two and other head counts, residual from the norm
+    "bloom": _bloom(),
+    "bloom-6-heads": _bloom(hidden_size=48, n_head=6),
+    "bloom-5-heads": _bloom(hidden_size=40, n_head=5),
+    "bloom-12-heads": _bloom(hidden_size=48, n_head=12),
+    "bloom-residual-post-ln": _bloom(apply_residual_connection_post_layernorm=True),
+    "bloom-untied": _bloom(tie_word_embeddings=False),
+}
+
+
+def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Weights large enough for attention to be far from uniform (see the module docstring)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if p.ndim == 1 and ("norm" in name or "ln" in name):
+                if name.endswith("weight"):
+                    p.copy_(1.0 + 0.2 * noise)  # gains near one
+                else:
+                    p.copy_(0.2 * noise)
+            elif p.ndim == 1:
+                p.copy_(0.2 * noise)  # biases
+            else:
+                fan_in = p.shape[0] if "Conv1D" in _owner(model, name) else p.shape[1]
+                if "embed" in name or "wte" in name or "wpe" in name:
+                    fan_in = 1
+                p.copy_(noise * 1.5 / math.sqrt(fan_in))
+    return model.eval()
+
+
+def _owner(model: nn.Module, name: str) -> str:
+    return type(model.get_submodule(name.rsplit(".", 1)[0])).__name__
+
+
+def build(name: str, seed: int = 0) -> nn.Module:
+    """A fresh Hugging Face model of variant ``name`` (fresh: dynamic NTK keeps state)."""
+    cls, cfg = VARIANTS[name]
+    torch.manual_seed(seed)
+    return randomize(
+        cls(copy.deepcopy(cfg)), seed
+    )  # a copy: tests may change the config
+
+
+def length(name: str) -> int:
+    return LONG if "-" in name and name.split("-", 1)[1] in _SCALED else 24
+
+
+_SCALED = {"linear", "dynamic", "yarn", "yarn-mscale", "llama3"}
+
+
+def tokens(batch: int, n: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(
+        3, VOCAB, (batch, n), generator=torch.Generator().manual_seed(seed)
+    )
+
+
+def hf_generate(hf: nn.Module, ids: torch.Tensor, new: int) -> torch.Tensor:
+    return hf.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=new,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=IDS["pad_token_id"],
+    )
+
+
+# ---- the oracle: Hugging Face ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_logits_match_hugging_face(name: str) -> None:
+    hf = build(name)
+    ours = from_hf(hf)
+    ids = tokens(2, length(name))
+    with torch.no_grad():
+        expected = hf(ids).logits
+        got = ours(ids)
+    assert got.shape == (2, ids.shape[1], VOCAB)
+    assert got.dtype == torch.float32
+    assert expected.abs().max() > 1.0  # logits of a sensible size, not all near zero
+    torch.testing.assert_close(got, expected, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_greedy_tokens_match_hugging_face_generate(name: str) -> None:
+    ids = tokens(2, PROMPT, seed=2)
+    expected = hf_generate(build(name), ids, NEW)
+    got = generate(from_hf(build(name)), ids, NEW)
+    assert got.shape == (2, PROMPT + NEW) and got.dtype == torch.long
+    assert torch.equal(got, expected)
+
+
+# Each variation against its base, the same weights loaded: the logits move by far more than
+# the tolerance, so the comparisons above can fail.
+CONTRASTS = [
+    ("llama-linear", "llama"),
+    ("llama-dynamic", "llama"),
+    ("llama-yarn", "llama-gqa"),
+    ("llama-llama3", "llama"),
+    ("llama-yarn-mscale", "llama-linear"),
+    ("gpt2-inverse-layer-scale", "gpt2"),
+    ("gpt2-unscaled", "gpt2"),
+    ("neox-serial", "neox"),
+    ("neox-full-rotary", "neox"),
+    ("neox-half-rotary", "neox"),
+    ("neox-dynamic", "neox-half-rotary"),
+    ("neox-yarn", "neox-half-rotary"),
+    ("bloom-residual-post-ln", "bloom"),
+]
+
+
+@pytest.mark.parametrize(("variant", "base"), CONTRASTS)
+def test_each_variation_changes_the_logits(variant: str, base: str) -> None:
+    hf = build(variant)
+    cls, cfg = VARIANTS[base]
+    other = cls(copy.deepcopy(cfg)).eval()
+    other.load_state_dict(hf.state_dict())  # the same weights, the base's architecture
+    ids = tokens(1, LONG if base.startswith("llama") else 24)
+    with torch.no_grad():
+        gap = (from_hf(hf)(ids) - from_hf(other)(ids)).abs().max().item()
+    assert gap > 100 * TOL
+
+
+def test_non_power_of_two_alibi_uses_the_interleaved_slopes() -> None:
+    # 6 heads: 4 slopes of the 4-head rule, then slopes 1 and 3 of the 8-head rule
+    hf = build("bloom-6-heads")
+    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+
+    from companion.extension import alibi_slopes
+
+    expected = [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]
+    torch.testing.assert_close(
+        alibi_slopes(6, dtype=torch.float64),
+        torch.tensor(expected, dtype=torch.float64),
+    )
+    torch.testing.assert_close(
+        _get_alibi_slopes(6, "cpu").double(),
+        torch.tensor(expected, dtype=torch.float64),
+    )
+    assert from_hf(hf).spec.num_heads == 6
+
+
+# ---- the KV cache ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["llama-gqa", "gpt2", "neox", "bloom-6-heads", "llama-yarn"]
+)
+def test_decode_with_cache_equals_the_full_forward(name: str) -> None:
+    model = from_hf(build(name))
+    ids = tokens(2, 30)
+    with torch.no_grad():
+        full = model(ids)
+        logits, past = model.decode(ids[:, :10])  # prefill
+        chunk, past = model.decode(ids[:, 10:17], past)  # 7 new tokens at once
+        steps = [model.decode(ids[:, t : t + 1], past) for t in range(17, 18)]
+        one, past = steps[0]
+    torch.testing.assert_close(logits, full[:, :10], atol=TOL, rtol=0)
+    torch.testing.assert_close(chunk, full[:, 10:17], atol=TOL, rtol=0)
+    torch.testing.assert_close(one, full[:, 17:18], atol=TOL, rtol=0)
+    assert past[0][0].shape[2] == 18
+
+
+def test_cache_keeps_keys_after_rotation() -> None:
+    model = from_hf(build("llama"))
+    ids = tokens(1, 6)
+    with torch.no_grad():
+        _, past = model.decode(ids)
+        block = model.blocks[0]
+        h = block.norm1(model.embed(ids))
+        raw = block.k_proj(h).view(1, 6, 4, 8).transpose(1, 2)  # (B, Hkv, L, D)
+    cached = past[0][0]
+    assert not torch.allclose(cached[:, :, 1:], raw[:, :, 1:], atol=1e-3)
+    torch.testing.assert_close(cached[:, :, 0], raw[:, :, 0])  # position 0: no turn
+    # each cached key has the norm of its unrotated self (a rotation keeps lengths)
+    torch.testing.assert_close(cached.norm(dim=-1), raw.norm(dim=-1))
+
+
+@pytest.mark.parametrize(
+    ("name", "kv_heads"), [("llama", 4), ("llama-gqa", 2), ("llama-mqa", 1)]
+)
+def test_cache_bytes_per_token_follow_the_formula(name: str, kv_heads: int) -> None:
+    model = from_hf(build(name))
+    ids = tokens(3, 10)
+    with torch.no_grad():
+        _, past = model.decode(ids)
+    stored = sum(t.numel() * t.element_size() for kv in past for t in kv)
+    spec = model.spec
+    per_token = 2 * spec.num_layers * kv_heads * spec.head_dim * 4  # K and V, float32
+    assert stored == per_token * 3 * 10
+
+
+@pytest.mark.parametrize(
+    "name", ["llama-mqa", "gpt2", "neox", "bloom-5-heads", "llama-llama3"]
+)
+def test_generate_without_cache_gives_the_same_tokens(name: str) -> None:
+    model = from_hf(build(name))
+    ids = tokens(2, 8)
+    assert torch.equal(
+        generate(model, ids, 10), generate(model, ids, 10, use_cache=False)
+    )
+
+
+def test_dynamic_ntk_cache_keeps_keys_of_earlier_frequencies() -> None:
+    # past the context, recomputing everything rotates old keys with the new base; the cache
+    # keeps the base each key was made with (Hugging Face does the same): logits differ
+    model = from_hf(build("llama-dynamic"))
+    ids = tokens(1, 30)
+    with torch.no_grad():
+        _, past = model.decode(ids[:, :29])
+        cached, _ = model.decode(ids[:, 29:], past)
+        full = model(ids)[:, 29:]
+        _, past = model.decode(ids[:, :10])  # below the context: one base for all
+        below, _ = model.decode(ids[:, 10:11], past)
+    assert (cached - full).abs().max() > 100 * TOL
+    torch.testing.assert_close(below, model(ids[:, :11])[:, 10:], atol=TOL, rtol=0)
+
+
+def test_generate_returns_the_prompt_for_zero_new_tokens() -> None:
+    model = from_hf(build("gpt2"))
+    ids = tokens(1, 5)
+    assert torch.equal(generate(model, ids, 0), ids)
+
+
+def test_tied_embeddings_stay_one_parameter() -> None:
+    tied = from_hf(build("llama-tied"))
+    untied = from_hf(build("llama"))
+    assert tied.lm_head.weight is tied.embed.weight
+    assert untied.lm_head.weight is not untied.embed.weight
+    n_tied = sum(p.numel() for p in tied.parameters())
+    assert n_tied == sum(p.numel() for p in build("llama-tied").parameters())
+
+
+def test_the_copy_uses_companion_functions(monkeypatch: pytest.MonkeyPatch) -> None:
+    # attention goes through companion.attention, RoPE through companion.rope
+    calls = {"attention": 0, "rope": 0}
+    real_attention, real_rope = decoder.scaled_dot_product_attention, decoder.apply_rope
+
+    def attention(*a, **k):
+        calls["attention"] += 1
+        return real_attention(*a, **k)
+
+    def rope(*a, **k):
+        calls["rope"] += 1
+        return real_rope(*a, **k)
+
+    monkeypatch.setattr(decoder, "scaled_dot_product_attention", attention)
+    monkeypatch.setattr(decoder, "apply_rope", rope)
+    from_hf(build("llama"))(tokens(1, 4))
+    assert calls == {"attention": 2, "rope": 4}  # 2 layers; q and k in each
+
+
+# ---- unsupported architectures and options ----------------------------------------------
+
+
+def _mistral() -> nn.Module:
+    cfg = transformers.MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        **IDS,
+    )
+    return transformers.MistralForCausalLM(cfg)
+
+
+def _with(name: str, **attrs: object) -> nn.Module:
+    hf = build(name)
+    for key, value in attrs.items():
+        setattr(hf.config, key, value)
+    return hf
+
+
+def _longrope() -> nn.Module:
+    hf = build("llama")
+    hf.config.rope_parameters = _rope(
+        "longrope", short_factor=[1.0] * 4, long_factor=[2.0] * 4
+    )
+    return hf
+
+
+UNSUPPORTED = [
+    (_mistral, r"got MistralForCausalLM \(unsupported architecture\)"),
+    (
+        lambda: _with("llama", sliding_window=8),
+        r"sliding-window attention \(sliding_window=8\)",
+    ),
+    (
+        _longrope,
+        r"rope_type 'longrope' \(supported: default, linear, dynamic, yarn, llama3\)",
+    ),
+    (lambda: _with("gpt2", add_cross_attention=True), r"cross-attention"),
+    (lambda: _with("llama", hidden_act="quick_gelu"), r"activation 'quick_gelu'"),
+    (
+        lambda: _with(
+            "llama", rope_parameters=_rope("default", partial_rotary_factor=0.5)
+        ),
+        r"partial_rotary_factor 0.5 in a Llama model",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "match"), UNSUPPORTED)
+def test_unsupported_options_raise_naming_them(make, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        from_hf(make())
+
+
+# ---- validation table --------------------------------------------------------------------
+
+
+def _model() -> Decoder:
+    return from_hf(build("gpt2"))
+
+
+_IDS = tokens(1, 4)
+BAD_INPUTS = [
+    (
+        "from_hf",
+        lambda: from_hf("llama"),
+        TypeError,
+        r"model must be a Module, got 'llama'",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(nn.Linear(2, 2)),
+        ValueError,
+        r"got Linear \(unsupported",
+    ),
+    ("from_hf", lambda: from_hf(_mistral()), ValueError, r"Mistral"),
+    (
+        "generate",
+        lambda: generate(build("gpt2"), _IDS, 3),
+        TypeError,
+        r"model must be a Decoder \(from from_hf\), got a GPT2LMHeadModel",
+    ),
+    (
+        "generate",
+        lambda: generate(_model(), _IDS.float(), 3),
+        TypeError,
+        r"input_ids must be an integer tensor, got a tensor of dtype torch.float32",
+    ),
+    (
+        "generate",
+        lambda: generate(_model(), _IDS[0], 3),
+        ValueError,
+        r"input_ids must have 2 dimensions \(B, L\), got shape \(4,\)",
+    ),
+    (
+        "generate",
+        lambda: generate(_model(), _IDS + VOCAB, 3),
+        ValueError,
+        r"input_ids must lie in \[0, 61\) \(vocab_size\), got values in \[\d+, \d+\]",
+    ),
+    (
+        "generate",
+        lambda: generate(_model(), _IDS, -1),
+        ValueError,
+        r"max_new_tokens must be an int >= 0, got -1",
+    ),
+    (
+        "generate",
+        lambda: generate(_model(), _IDS, 2.0),
+        TypeError,
+        r"max_new_tokens must be an int, got 2.0",
+    ),
+    (
+        "generate",
+        lambda: generate(_model(), _IDS, 61),
+        ValueError,
+        r"max_new_tokens must be at most 60 here: the learned position table has 64 rows",
+    ),
+    (
+        "generate",
+        lambda: generate(_model(), _IDS, 3, use_cache=1),
+        TypeError,
+        r"use_cache must be a bool, got 1",
+    ),
+    (
+        "generate",
+        lambda: generate(
+            _model(), _IDS, 3, attention_mask=torch.tensor([[0, 1, 1, 1]])
+        ),
+        ValueError,
+        r"attention_mask with padding \(zeros\) is not implemented",
+    ),
+    (
+        "Decoder",
+        lambda: Decoder({"family": "llama"}),
+        TypeError,
+        r"spec must be a DecoderSpec \(use from_hf\), got a dict",
+    ),
+    (
+        "Decoder",
+        lambda: _model()(_IDS, attention_mask=torch.ones(1, 5)),
+        ValueError,
+        r"attention_mask must have input_ids' shape \(1, 4\), got shape \(1, 5\)",
+    ),
+    (
+        "Decoder",
+        lambda: _model()(torch.zeros(1, 65, dtype=torch.long)),
+        ValueError,
+        r"input_ids must hold at most 64 tokens here",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=[1, 2]),
+        TypeError,
+        r"past must be None or a tuple of 2 \(key, value\) pairs",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(tokens(2, 3), past=_model().decode(_IDS)[1]),
+        ValueError,
+        r"past must hold the cache of a batch of 2",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "thunk", "error", "match"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS]
+)
+def test_bad_input_raises_a_clear_error(
+    name: str, thunk, error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        thunk()
+
+
+def test_validation_table_covers_the_public_api() -> None:
+    assert {b[0] for b in BAD_INPUTS} == set(decoder.__all__)
