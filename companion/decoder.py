@@ -1,7 +1,8 @@
 r"""Real decoders rebuilt from the book's parts (chapter :ref:`ch-real-models`).
 
 :func:`from_hf` takes a Hugging Face causal language model of one of four families and
-returns a :class:`Decoder` that computes the same logits with ``companion``'s parts only:
+returns a :class:`Decoder` that computes the same logits with ``companion``'s parts
+only:
 
 ==============  =========================  ==========  =================  ==============
 family          positions                  norm        MLP                residual
@@ -14,21 +15,23 @@ GPT-NeoX        RoPE on the first          LayerNorm   GELU               parall
 BLOOM           ALiBi                      LayerNorm   GELU (tanh)        serial
 ==============  =========================  ==========  =================  ==============
 
-Every block is pre-norm; attention is :func:`companion.attention.scaled_dot_product_attention`,
-with grouped-query and multi-query attention (fewer key/value heads than query heads) done
-by broadcasting, not by copying keys; RoPE is :func:`companion.rope.apply_rope` on the table of
+Every block is pre-norm; attention is
+:func:`companion.attention.scaled_dot_product_attention`, with grouped-query and
+multi-query attention (fewer key/value heads than query heads) done by broadcasting, not
+by copying keys; RoPE is :func:`companion.rope.apply_rope` on the table of
 :func:`companion.rope.rope_cos_sin` with the frequencies of
-:func:`companion.rope.rope_frequencies` or of :mod:`companion.extension` (linear, dynamic NTK,
-YaRN, Llama 3); ALiBi is :func:`companion.extension.alibi_bias`; the norms are
-:class:`companion.norm.RMSNorm` and :class:`companion.norm.LayerNorm`.
+:func:`companion.rope.rope_frequencies` or of :mod:`companion.extension` (linear,
+dynamic NTK, YaRN, Llama 3); ALiBi is :func:`companion.extension.alibi_bias`; the norms
+are :class:`companion.norm.RMSNorm` and :class:`companion.norm.LayerNorm`.
 
-:func:`generate` decodes greedily with a KV cache: each layer keeps its keys *after* rotation
-and its values, and each new token is one query at the next position. The cache is a value
-(a tuple of per-layer ``(key, value)`` pairs) that :meth:`Decoder.decode` takes and returns.
+:func:`generate` decodes greedily with a KV cache: each layer keeps its keys *after*
+rotation and its values, and each new token is one query at the next position. The cache
+is a value (a tuple of per-layer ``(key, value)`` pairs) that :meth:`Decoder.decode`
+takes and returns.
 
-What the copy does not implement raises :class:`ValueError` naming it: other architectures,
-sliding-window attention, RoPE types other than the five above (``longrope``, ...), padding
-(an ``attention_mask`` with zeros), cross-attention.
+What the copy does not implement raises :class:`ValueError` naming it: other
+architectures, sliding-window attention, RoPE types other than the five above
+(``longrope``, ...), padding (an ``attention_mask`` with zeros), cross-attention.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ _ACTIVATIONS = {
 }
 
 
-# ---- what a copy is made of -------------------------------------------------------------
+# ---- what a copy is made of ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -118,14 +121,14 @@ class DecoderSpec:
     scales: tuple[float, ...] = ()  # score scale per layer (GPT-2 may change it)
 
 
-# ---- RoPE frequencies of every scaling type -----------------------------------------------
+# ---- RoPE frequencies of every scaling type ------------------------------------------
 
 
 def _rope_table(spec: DecoderSpec, positions: Tensor, seq_len: int, dtype: torch.dtype):
     """cos and sin ``(L, rotary_dim/2)`` at ``positions`` for the configured scaling.
 
-    ``seq_len`` is the length the sequence has reached (the last position + 1): dynamic NTK
-    recomputes its base from it, as Hugging Face's ``dynamic_rope_update`` does.
+    ``seq_len`` is the length the sequence has reached (the last position + 1): dynamic
+    NTK recomputes its base from it, as Hugging Face's ``dynamic_rope_update`` does.
     """
     p = spec.rope
     kind, base, dim = p["rope_type"], float(p["rope_theta"]), spec.rotary_dim
@@ -167,14 +170,14 @@ def _rope_table(spec: DecoderSpec, positions: Tensor, seq_len: int, dtype: torch
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, rotary_dim: int) -> Tensor:
-    """RoPE (half layout) on the first ``rotary_dim`` coordinates of each head of ``x``."""
+    """RoPE (half layout) on the first ``rotary_dim`` coordinates of each head."""
     if rotary_dim == x.shape[-1]:
         return apply_rope(x, cos, sin)  # (B, H, L, D)
     turned = apply_rope(x[..., :rotary_dim], cos, sin)  # GPT-NeoX: partial rotary
     return torch.cat((turned, x[..., rotary_dim:]), dim=-1)  # (B, H, L, D)
 
 
-# ---- the model ---------------------------------------------------------------------------
+# ---- the model -----------------------------------------------------------------------
 
 
 class DecoderBlock(nn.Module):
@@ -210,7 +213,7 @@ class DecoderBlock(nn.Module):
         mask: Tensor | None,
         past: tuple[Tensor, Tensor] | None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """Attention of the (normalized) ``x`` ``(B, L, E)`` over the cache and itself."""
+        """Attention of the normalized ``x`` ``(B, L, E)`` over the cache and itself."""
         s = self.spec
         B, L, _ = x.shape
         q = (
@@ -311,14 +314,15 @@ class Decoder(nn.Module):
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= self.spec.vocab_size:
             raise ValueError(
-                f"input_ids must lie in [0, {self.spec.vocab_size}) (vocab_size), got values "
-                f"in [{lo}, {hi}]"
+                f"input_ids must lie in [0, {self.spec.vocab_size}) (vocab_size), "
+                f"got values in [{lo}, {hi}]"
             )
         total = past_length + ids.shape[1]
         if self.spec.positions == "learned" and total > self.spec.max_positions:
             raise ValueError(
-                f"input_ids must hold at most {self.spec.max_positions - past_length} tokens "
-                f"here: the learned position table has {self.spec.max_positions} rows "
+                f"input_ids must hold at most {self.spec.max_positions - past_length} "
+                f"tokens here: the learned position table has "
+                f"{self.spec.max_positions} rows "
                 f"(n_positions) and the sequence would reach {total}"
             )
         return ids
@@ -336,7 +340,8 @@ class Decoder(nn.Module):
         _validate.tensor("past[0][0]", key, ndim=4, meaning="(B, Hkv, S, D)")
         if key.shape[0] != ids.shape[0]:
             raise ValueError(
-                f"past must hold the cache of a batch of {ids.shape[0]} (input_ids' B), "
+                f"past must hold the cache of a batch of {ids.shape[0]} "
+                "(input_ids' B), "
                 f"got keys of shape {tuple(key.shape)}"
             )
         return key.shape[2]
@@ -344,7 +349,7 @@ class Decoder(nn.Module):
     def decode(
         self, input_ids: Tensor, past: Cache | None = None
     ) -> tuple[Tensor, Cache]:
-        """Logits of ``input_ids`` placed after the ``past`` tokens, and the grown cache.
+        """Logits of ``input_ids`` placed after the ``past`` tokens, and the new cache.
 
         With ``past=None`` this is the prefill (positions ``0 .. L-1``); with a cache of
         ``S`` tokens, the new tokens sit at positions ``S .. S+L-1`` and attend to the
@@ -396,8 +401,8 @@ class Decoder(nn.Module):
 
         Args:
             input_ids: token ids.
-            attention_mask: ``None`` or all ones (Hugging Face's name); padding (zeros) is
-                not implemented and raises ``ValueError``.
+            attention_mask: ``None`` or all ones (Hugging Face's name); padding
+                (zeros) is not implemented and raises ``ValueError``.
         """
         _check_attention_mask(attention_mask, _check_input_ids(input_ids))
         return self.decode(input_ids)[0]
@@ -415,17 +420,18 @@ def _check_attention_mask(attention_mask: object, input_ids: object) -> None:
     mask = _validate.tensor("attention_mask", attention_mask, dtype=None, ndim=2)
     if isinstance(input_ids, Tensor) and mask.shape != input_ids.shape:
         raise ValueError(
-            f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, got shape "
-            f"{tuple(mask.shape)}"
+            f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
+            f"got shape {tuple(mask.shape)}"
         )
     if not bool((mask == 1).all()):
         raise ValueError(
-            "attention_mask with padding (zeros) is not implemented: the copy attends to every "
-            "earlier token; pass unpadded sequences of equal length (all-ones mask or None)"
+            "attention_mask with padding (zeros) is not implemented: the copy attends "
+            "to every earlier token; pass unpadded sequences of equal length (all-ones "
+            "mask or None)"
         )
 
 
-# ---- copying a Hugging Face model --------------------------------------------------------
+# ---- copying a Hugging Face model ----------------------------------------------------
 
 
 def _unsupported(what: str) -> ValueError:
@@ -556,7 +562,8 @@ def _spec_gpt_neox(model: nn.Module) -> DecoderSpec:
     rotary_dim = int(head_dim * partial)  # HF's rotary_ndims
     if rotary_dim < 2 or rotary_dim % 2:
         raise _unsupported(
-            f"partial_rotary_factor {partial} (rotary_ndims {rotary_dim} must be even, >= 2)"
+            f"partial_rotary_factor {partial} (rotary_ndims {rotary_dim} must be "
+            "even, >= 2)"
         )
     return DecoderSpec(
         family="gpt_neox",
@@ -658,7 +665,7 @@ def _load_weights(dst: Decoder, model: nn.Module, family: str) -> None:
         for block, layer in zip(dst.blocks, base.h, strict=True):
             _copy(block.norm1, layer.ln_1.weight, layer.ln_1.bias)
             _copy(block.norm2, layer.ln_2.weight, layer.ln_2.bias)
-            # Conv1D stores W as (in, out): x @ W + b, the transpose of nn.Linear's weight
+            # Conv1D stores W as (in, out), x @ W + b: the transpose of Linear's weight
             w, b = layer.attn.c_attn.weight, layer.attn.c_attn.bias  # (E, 3E), (3E,)
             for j, name in enumerate(("q_proj", "k_proj", "v_proj")):
                 sl = slice(j * e, (j + 1) * e)
@@ -719,23 +726,25 @@ _SPECS = {
 
 @torch.no_grad()
 def from_hf(model: nn.Module) -> Decoder:
-    r"""Copy a Hugging Face causal LM into a :class:`Decoder` made of ``companion``'s parts.
+    r"""Copy a Hugging Face causal LM into a :class:`Decoder` of ``companion``'s parts.
 
-    Reads the architecture from ``model.config`` (:class:`DecoderSpec`), builds the copy and
-    copies every weight, with the conversions each family needs:
+    Reads the architecture from ``model.config`` (:class:`DecoderSpec`), builds the copy
+    and copies every weight, with the conversions each family needs:
 
-    * GPT-2's ``Conv1D`` stores :math:`W` as ``(in, out)`` (``x @ W + b``): transposed into
-      :class:`torch.nn.Linear`'s ``(out, in)``; its ``c_attn`` columns split into
+    * GPT-2's ``Conv1D`` stores :math:`W` as ``(in, out)`` (``x @ W + b``): transposed
+      into :class:`torch.nn.Linear`'s ``(out, in)``; its ``c_attn`` columns split into
       :math:`W_Q, W_K, W_V`.
-    * GPT-NeoX and BLOOM fuse the three projections in ``query_key_value`` *head by head*:
-      rows ``(H, 3, D)``, so head ``h``'s query is rows ``3hD .. 3hD + D - 1``, not the first
-      third.
-    * Llama's projections copy as they are. Hugging Face's checkpoints already hold the half
-      layout of RoPE (``rotate_half``); Meta's original weights are interleaved and are
-      permuted on conversion (:func:`companion.rope.interleaved_to_half_permutation`).
+    * GPT-NeoX and BLOOM fuse the three projections in ``query_key_value`` *head by
+      head*: rows ``(H, 3, D)``, so head ``h``'s query is rows
+      ``3hD .. 3hD + D - 1``, not the first third.
+    * Llama's projections copy as they are. Hugging Face's checkpoints already hold the
+      half layout of RoPE (``rotate_half``); Meta's original weights are interleaved and
+      are permuted on conversion
+      (:func:`companion.rope.interleaved_to_half_permutation`).
     * Tied input/output embeddings stay one shared parameter.
 
-    The result is in evaluation form (no dropout), on ``model``'s device and in its dtype.
+    The result is in evaluation form (no dropout), on ``model``'s device and in its
+    dtype.
 
     Args:
         model: a ``LlamaForCausalLM``, ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM`` or
@@ -747,17 +756,18 @@ def from_hf(model: nn.Module) -> Decoder:
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
-        ValueError: another architecture, or a configuration this copy does not implement
-            (sliding-window attention, a RoPE type other than ``default``, ``linear``,
-            ``dynamic``, ``yarn``, ``llama3``; cross-attention; an unknown activation).
+        ValueError: another architecture, or a configuration this copy does not
+            implement (sliding-window attention, a RoPE type other than ``default``,
+            ``linear``, ``dynamic``, ``yarn``, ``llama3``; cross-attention; an unknown
+            activation).
     """
     _validate.module("model", model)
     names = [cls.__name__ for cls in type(model).__mro__]
     family = next((ARCHITECTURES[n] for n in names if n in ARCHITECTURES), None)
     if family is None:
         raise ValueError(
-            f"model must be one of {', '.join(ARCHITECTURES)}, got {type(model).__name__} "
-            "(unsupported architecture)"
+            f"model must be one of {', '.join(ARCHITECTURES)}, got "
+            f"{type(model).__name__} (unsupported architecture)"
         )
     _check_common(model.config)
     spec = _SPECS[family](model)
@@ -767,7 +777,7 @@ def from_hf(model: nn.Module) -> Decoder:
     return copy.eval()
 
 
-# ---- greedy decoding ---------------------------------------------------------------------
+# ---- greedy decoding -----------------------------------------------------------------
 
 
 @torch.no_grad()
@@ -781,24 +791,25 @@ def generate(
 ) -> Tensor:
     r"""Greedy decoding: append the most likely next token ``max_new_tokens`` times.
 
-    With ``use_cache=True`` (the default) the prompt is run once (the prefill) and each new
-    token is then one query at the next position against the cached keys and values of
-    every layer: keys are cached *after* RoPE, so a cached key never changes and the new
-    token only has to rotate its own query and key. With ``use_cache=False`` the whole
-    sequence is run again for every token (the same tokens for every position scheme except
-    dynamic NTK, whose frequencies depend on the length: there the cache keeps keys rotated
-    with earlier frequencies, exactly as Hugging Face's cache does).
+    With ``use_cache=True`` (the default) the prompt is run once (the prefill) and each
+    new token is then one query at the next position against the cached keys and values
+    of every layer: keys are cached *after* RoPE, so a cached key never changes and the
+    new token only has to rotate its own query and key. With ``use_cache=False`` the
+    whole sequence is run again for every token (the same tokens for every position
+    scheme except dynamic NTK, whose frequencies depend on the length: there the cache
+    keeps keys rotated with earlier frequencies, exactly as Hugging Face's cache does).
 
     Same tokens as Hugging Face's ``model.generate(input_ids, max_new_tokens=n,
-    do_sample=False)`` when that does not stop early (``eos_token_id=None``): ties go to the
-    lowest token id (``argmax``) in both.
+    do_sample=False)`` when that does not stop early (``eos_token_id=None``): ties go to
+    the lowest token id (``argmax``) in both.
 
     Args:
         model: a :class:`Decoder` from :func:`from_hf`.
         input_ids: the prompts, all of the same length (no padding).
         max_new_tokens: how many tokens to add; 0 returns the prompt.
         use_cache: keep keys and values between steps (``False``: recompute everything).
-        attention_mask: ``None`` or all ones; padding is not implemented (``ValueError``).
+        attention_mask: ``None`` or all ones; padding is not implemented
+            (``ValueError``).
 
     Returns:
         The prompt followed by the new tokens, ``int64``.
@@ -815,8 +826,9 @@ def generate(
     spec = model.spec
     if spec.positions == "learned" and ids.shape[1] + n > spec.max_positions:
         raise ValueError(
-            f"max_new_tokens must be at most {spec.max_positions - ids.shape[1]} here: the "
-            f"learned position table has {spec.max_positions} rows (n_positions), got {n}"
+            f"max_new_tokens must be at most {spec.max_positions - ids.shape[1]} here: "
+            f"the learned position table has {spec.max_positions} rows (n_positions), "
+            f"got {n}"
         )
     out = ids.long()
     if n == 0:

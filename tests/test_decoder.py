@@ -21,8 +21,8 @@ from torch import nn
 
 pytest.importorskip("transformers")
 
-import transformers  # noqa: E402
-from transformers import (  # noqa: E402
+import transformers
+from transformers import (
     BloomConfig,
     BloomForCausalLM,
     GPT2Config,
@@ -33,8 +33,8 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
 )
 
-from companion import decoder  # noqa: E402
-from companion.decoder import Decoder, from_hf, generate  # noqa: E402
+from companion import decoder
+from companion.decoder import Decoder, from_hf, generate
 
 transformers.logging.set_verbosity_error()  # "exceeded the predefined maximum length"
 
