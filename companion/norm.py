@@ -19,11 +19,14 @@ assemble the two placements compared by Xiong et al. (2020).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
 from torch import nn
+
+from companion import _validate
 
 __all__ = [
     "BatchNorm",
@@ -47,71 +50,48 @@ _RMS_VARIANTS = ("torch", "llama", "gemma")
 def _centered_stats(
     x: torch.Tensor, dims: tuple[int, ...]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mean, centred input and biased variance over ``dims`` (kept as size-1 axes), by the
+    """Mean, centered input and biased variance over ``dims`` (kept as size-1 axes), by the
     two-pass algorithm: the mean first, then the mean of the squared deviations. No
     cancellation (unlike E[x^2] - E[x]^2). The sum of squares is taken as a vector norm of the
-    centred input, which the caller reuses, so the only full-size temporary is that centred
-    copy; on the CPU this is several times faster than :func:`torch.var_mean`, whose
-    single-pass Welford update is just as stable but slow (``make bench`` measures both)."""
+    centered input, which the caller reuses, so the only full-size temporary is that centered
+    copy. :func:`torch.var_mean` (a single-pass Welford update) is just as stable; the
+    appendix and ``make bench`` time both."""
     mean = x.mean(dim=dims, keepdim=True)
     centered = x - mean
-    n = x.numel() // mean.numel()
+    n = math.prod(x.shape[d] for d in dims)  # > 0: the callers refuse empty statistics
     var = torch.linalg.vector_norm(centered, ord=2, dim=dims, keepdim=True).square() / n
     return mean, centered, var
 
 
-# ---- validation helpers ----------------------------------------------------------------------
+# ---- arguments shared by the functions ----------------------------------------------
 
 
-def _check_float(x: object, name: str = "x") -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
-    return x
+def _parameters(
+    x: torch.Tensor, shape: tuple[int, ...], **params: torch.Tensor | None
+) -> None:
+    """Each given parameter (a weight, a bias, a running statistic) is a floating tensor of
+    ``shape`` on ``x``'s device (its dtype may differ: it is cast)."""
+    for name, p in params.items():
+        if p is not None:
+            p = _validate.tensor(name, p)
+            _validate.shape(name, p, shape)
+            _validate.same_device(name, p, "x", x)
 
 
-def _check_eps(eps: object) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
-    return float(eps)
-
-
-def _normalized_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
-    if isinstance(normalized_shape, bool):
-        raise TypeError("normalized_shape must be an int or a sequence of ints, got bool")
-    if isinstance(normalized_shape, int):
-        shape: tuple[int, ...] = (normalized_shape,)
-    elif isinstance(normalized_shape, (Sequence, torch.Size)) and all(
-        isinstance(s, int) and not isinstance(s, bool) for s in normalized_shape
-    ):
-        shape = tuple(normalized_shape)
-    else:
-        raise TypeError(
-            f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}"
-        )
-    if len(shape) == 0 or any(s <= 0 for s in shape):
-        raise ValueError(f"normalized_shape must be non-empty and positive, got {shape}")
-    return shape
-
-
-def _check_trailing(x: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
+def _trailing(
+    x: object, normalized_shape: object, eps: object, **params: torch.Tensor | None
+) -> tuple[tuple[int, ...], tuple[int, ...], float]:
+    """:func:`layer_norm`'s and :func:`rms_norm`'s arguments, validated: the normalized
+    shape, the dims it covers in ``x`` and ``eps``."""
+    x = _validate.tensor("x", x, min_ndim=1, meaning="(..., *normalized_shape)")
+    shape = _validate.int_sequence("normalized_shape", normalized_shape, minimum=1)
+    eps = _validate.positive_real("eps", eps)
     if x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape) :]) != shape:
         raise ValueError(
-            f"normalized_shape {shape} must match the last dims of x, got x of shape "
-            f"{tuple(x.shape)}"
+            f"x must end with normalized_shape {shape}, got x of shape {tuple(x.shape)}"
         )
-    return tuple(range(x.ndim - len(shape), x.ndim))
-
-
-def _check_param(p: torch.Tensor | None, name: str, shape: tuple[int, ...]) -> None:
-    if p is None:
-        return
-    _check_float(p, name)
-    if tuple(p.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(p.shape)}")
+    _parameters(x, shape, **params)
+    return shape, tuple(range(x.ndim - len(shape), x.ndim)), eps
 
 
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -172,45 +152,47 @@ def batch_norm(
         - running_mean, running_var, weight, bias: ``(D,)``
         - output: same as ``x``
     """
-    _check_float(x)
-    if x.ndim not in (2, 3):
-        raise ValueError(f"x must be (B, D) or (B, D, L), got shape {tuple(x.shape)}")
-    eps = _check_eps(eps)
-    if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
-        raise TypeError(f"momentum must be a float, got {type(momentum).__name__}")
-    if not 0.0 <= momentum <= 1.0:
-        raise ValueError(f"momentum must be in [0, 1], got {momentum}")
+    x = _validate.tensor("x", x, min_ndim=2, max_ndim=3, meaning="(B, D) or (B, D, L)")
+    training = _validate.flag("training", training)
+    momentum = _validate.real("momentum", momentum, minimum=0.0, maximum=1.0)
+    eps = _validate.positive_real("eps", eps)
     d = x.shape[1]
-    for name, p in (
-        ("running_mean", running_mean),
-        ("running_var", running_var),
-        ("weight", weight),
-        ("bias", bias),
-    ):
-        _check_param(p, name, (d,))
+    stats = {"running_mean": running_mean, "running_var": running_var}
+    _parameters(x, (d,), **stats, weight=weight, bias=bias)
     if (running_mean is None) != (running_var is None):
-        raise ValueError("running_mean and running_var must be given together")
+        given, missing = ("running_mean", "running_var")[
+            :: 1 if running_var is None else -1
+        ]
+        raise ValueError(f"{missing} must be given with {given}, got None")
+    if not training and running_mean is None:
+        raise ValueError(
+            "running_mean and running_var are required when training=False"
+        )
     dims = (0,) if x.ndim == 2 else (0, 2)
-    n = x.numel() // d
-    bcast = (1, d) if x.ndim == 2 else (1, d, 1)  # statistics broadcast back over B (and L)
+    n = math.prod(x.shape[i] for i in dims)  # values per feature
+    if training and n < 2:
+        raise ValueError(
+            f"x must have more than 1 value per feature in training mode, got x of "
+            f"shape {tuple(x.shape)}"
+        )
+    bcast = (
+        (1, d) if x.ndim == 2 else (1, d, 1)
+    )  # statistics broadcast back over B (and L)
     xf = x.to(_stat_dtype(x.dtype))
     if training:
-        if n < 2:
-            raise ValueError(
-                f"batch_norm needs more than 1 value per feature in training mode, got x of "
-                f"shape {tuple(x.shape)}"
-            )
         mean_k, centered, var_k = _centered_stats(xf, dims)  # biased, two-pass
         mean, var = mean_k.reshape(d), var_k.reshape(d)  # (D,)
         if running_mean is not None and running_var is not None:
             with torch.no_grad():
                 unbiased = var * (n / (n - 1))
-                running_mean.mul_(1 - momentum).add_(momentum * mean.to(running_mean.dtype))
-                running_var.mul_(1 - momentum).add_(momentum * unbiased.to(running_var.dtype))
+                running_mean.mul_(1 - momentum).add_(
+                    momentum * mean.to(running_mean.dtype)
+                )
+                running_var.mul_(1 - momentum).add_(
+                    momentum * unbiased.to(running_var.dtype)
+                )
         y = centered * torch.rsqrt(var_k + eps)
     else:
-        if running_mean is None or running_var is None:
-            raise ValueError("running_mean and running_var are required when training=False")
         mean = running_mean.to(xf.dtype)
         var = running_var.to(xf.dtype)
         y = (xf - mean.reshape(bcast)) * torch.rsqrt(var.reshape(bcast) + eps)
@@ -257,12 +239,7 @@ def layer_norm(
         - x: ``(..., *normalized_shape)``, e.g. ``(B, L, D)`` with ``normalized_shape=D``
         - output: same as ``x``
     """
-    _check_float(x)
-    shape = _normalized_shape(normalized_shape)
-    eps = _check_eps(eps)
-    dims = _check_trailing(x, shape)
-    _check_param(weight, "weight", shape)
-    _check_param(bias, "bias", shape)
+    _, dims, eps = _trailing(x, normalized_shape, eps, weight=weight, bias=bias)
     xf = x.to(_stat_dtype(x.dtype))
     _, centered, var = _centered_stats(xf, dims)  # biased, two-pass
     y = centered * torch.rsqrt(var + eps)
@@ -297,7 +274,7 @@ def rms_norm(
     * ``"llama"``: ``weight * x_hat.to(dtype)``, cast back *before* the gain, as Hugging Face
       ``LlamaRMSNorm`` and Meta's reference (two roundings in half precision).
     * ``"gemma"``: ``(x_hat * (1 + weight)).to(dtype)``, the stored weight is an offset from
-      one (initialised to zero), as Hugging Face ``GemmaRMSNorm``.
+      one (initialized to zero), as Hugging Face ``GemmaRMSNorm``.
 
     The default ``eps=1e-6`` is Hugging Face ``LlamaConfig.rms_norm_eps`` and LLaMA-1's
     value; Llama 2 and 3 checkpoints use ``1e-5``; :class:`torch.nn.RMSNorm` defaults to the
@@ -321,13 +298,8 @@ def rms_norm(
         - x: ``(..., *normalized_shape)``
         - output: same as ``x``
     """
-    _check_float(x)
-    shape = _normalized_shape(normalized_shape)
-    eps = _check_eps(eps)
-    if variant not in _RMS_VARIANTS:
-        raise ValueError(f"variant must be one of {_RMS_VARIANTS}, got {variant!r}")
-    dims = _check_trailing(x, shape)
-    _check_param(weight, "weight", shape)
+    _, dims, eps = _trailing(x, normalized_shape, eps, weight=weight)
+    variant = _validate.choice("variant", variant, _RMS_VARIANTS)
     xf = x.to(_stat_dtype(x.dtype))
     x_hat = xf * torch.rsqrt(xf.square().mean(dim=dims, keepdim=True) + eps)
     if weight is None:
@@ -338,6 +310,14 @@ def rms_norm(
     if variant == "gemma":
         gain = 1.0 + gain
     return (x_hat * gain).to(x.dtype)
+
+
+def _factory_kwargs(device: object, dtype: object) -> dict[str, object]:
+    """The modules' ``device`` and ``dtype`` arguments, validated."""
+    return {
+        "device": _validate.device("device", device),
+        "dtype": _validate.optional(_validate.dtype, "dtype", dtype),
+    }
 
 
 # ---- Modules ---------------------------------------------------------------------------------
@@ -375,18 +355,22 @@ class BatchNorm(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
+        num_features = _validate.positive_int("num_features", num_features)
+        eps = _validate.positive_real("eps", eps)
+        momentum = _validate.real("momentum", momentum, minimum=0.0, maximum=1.0)
+        affine = _validate.flag("affine", affine)
+        kw = _factory_kwargs(device, dtype)
         super().__init__()
-        if isinstance(num_features, bool) or not isinstance(num_features, int):
-            raise TypeError(f"num_features must be an int, got {type(num_features).__name__}")
-        if num_features <= 0:
-            raise ValueError(f"num_features must be positive, got {num_features}")
         self.num_features = num_features
-        self.eps = _check_eps(eps)
+        self.eps = eps
         self.momentum = momentum
-        kw = {"device": device, "dtype": dtype}
         if affine:
-            self.weight: torch.nn.Parameter | None = nn.Parameter(torch.ones(num_features, **kw))
-            self.bias: torch.nn.Parameter | None = nn.Parameter(torch.zeros(num_features, **kw))
+            self.weight: torch.nn.Parameter | None = nn.Parameter(
+                torch.ones(num_features, **kw)
+            )
+            self.bias: torch.nn.Parameter | None = nn.Parameter(
+                torch.zeros(num_features, **kw)
+            )
         else:
             self.weight = self.bias = None
         self.register_buffer("running_mean", torch.zeros(num_features, **kw))
@@ -433,16 +417,23 @@ class LayerNorm(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
+        shape = _validate.int_sequence("normalized_shape", normalized_shape, minimum=1)
+        eps = _validate.positive_real("eps", eps)
+        bias = _validate.flag("bias", bias)
+        kw = _factory_kwargs(device, dtype)
         super().__init__()
-        self.normalized_shape = _normalized_shape(normalized_shape)
-        self.eps = _check_eps(eps)
-        kw = {"device": device, "dtype": dtype}
+        self.normalized_shape = shape
+        self.eps = eps
         self.weight = nn.Parameter(torch.ones(self.normalized_shape, **kw))
-        self.bias = nn.Parameter(torch.zeros(self.normalized_shape, **kw)) if bias else None
+        self.bias = (
+            nn.Parameter(torch.zeros(self.normalized_shape, **kw)) if bias else None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalize each token of ``x`` over its trailing dims."""
-        return layer_norm(x, self.normalized_shape, self.weight, self.bias, eps=self.eps)
+        return layer_norm(
+            x, self.normalized_shape, self.weight, self.bias, eps=self.eps
+        )
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}"
@@ -475,18 +466,22 @@ class RMSNorm(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
+        shape = _validate.int_sequence("normalized_shape", normalized_shape, minimum=1)
+        eps = _validate.positive_real("eps", eps)
+        variant = _validate.choice("variant", variant, _RMS_VARIANTS)
+        kw = _factory_kwargs(device, dtype)
         super().__init__()
-        if variant not in _RMS_VARIANTS:
-            raise ValueError(f"variant must be one of {_RMS_VARIANTS}, got {variant!r}")
-        self.normalized_shape = _normalized_shape(normalized_shape)
-        self.eps = _check_eps(eps)
+        self.normalized_shape = shape
+        self.eps = eps
         self.variant = variant
         init = torch.zeros if variant == "gemma" else torch.ones
-        self.weight = nn.Parameter(init(self.normalized_shape, device=device, dtype=dtype))
+        self.weight = nn.Parameter(init(self.normalized_shape, **kw))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Divide each token of ``x`` by its root mean square, then apply the gain."""
-        return rms_norm(x, self.normalized_shape, self.weight, eps=self.eps, variant=self.variant)
+        return rms_norm(
+            x, self.normalized_shape, self.weight, eps=self.eps, variant=self.variant
+        )
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, variant={self.variant!r}"
@@ -495,12 +490,12 @@ class RMSNorm(nn.Module):
 # ---- Where the norm sits ---------------------------------------------------------------------
 
 
-def _make_norm(norm: Literal["layer", "rms"], dim: int, eps: float | None) -> torch.nn.Module:
+def _make_norm(
+    norm: Literal["layer", "rms"], dim: int, eps: float | None
+) -> torch.nn.Module:
     if norm == "layer":
         return LayerNorm(dim, eps=1e-5 if eps is None else eps)
-    if norm == "rms":
-        return RMSNorm(dim, eps=1e-6 if eps is None else eps)
-    raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
+    return RMSNorm(dim, eps=1e-6 if eps is None else eps)
 
 
 def mlp(dim: int, hidden: int | None = None) -> torch.nn.Sequential:
@@ -511,28 +506,38 @@ def mlp(dim: int, hidden: int | None = None) -> torch.nn.Sequential:
         hidden: inner width; ``4 * dim`` when ``None``, as in Vaswani et al. (2017).
 
     Returns:
-        An :class:`torch.nn.Sequential` with torch's default initialisation.
+        An :class:`torch.nn.Sequential` with torch's default initialization.
     """
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
-        raise ValueError(f"dim must be a positive int, got {dim!r}")
+    dim = _validate.positive_int("dim", dim)
+    hidden = _validate.optional(_validate.positive_int, "hidden", hidden)
     hidden = 4 * dim if hidden is None else hidden
-    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden <= 0:
-        raise ValueError(f"hidden must be a positive int, got {hidden!r}")
     return nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
 
 
 class _ResidualBlock(nn.Module):
     """What Pre-LN and Post-LN blocks share: a sublayer, a norm and the model width."""
 
-    def __init__(self, dim: int, sublayer: torch.nn.Module, norm: torch.nn.Module) -> None:
+    def __init__(
+        self, dim: int, sublayer: torch.nn.Module, norm: torch.nn.Module
+    ) -> None:
+        dim = _validate.positive_int("dim", dim)
+        sublayer = _validate.module("sublayer", sublayer)
+        norm = _validate.module("norm", norm)
         super().__init__()
         self.dim = dim
         self.sublayer = sublayer
         self.norm = norm
 
-    def _check_width(self, x: torch.Tensor) -> None:
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"x must have last dim {self.dim}, got shape {tuple(x.shape)}")
+    def _input(self, x: object) -> torch.Tensor:
+        """``x`` validated: a floating ``(..., dim)`` tensor with the dtype and device of
+        the block's first parameter (if it has any)."""
+        x = _validate.tensor("x", x, min_ndim=1, meaning="(..., D)")
+        _validate.size("x", x, -1, self.dim, "dim")
+        for name, p in self.named_parameters():
+            _validate.same_dtype("x", x, name, p)
+            _validate.same_device("x", x, name, p)
+            break
+        return x
 
 
 class PreLNBlock(_ResidualBlock):
@@ -554,7 +559,7 @@ class PreLNBlock(_ResidualBlock):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return ``x + sublayer(norm(x))``."""
-        self._check_width(x)
+        x = self._input(x)
         return x + self.sublayer(self.norm(x))
 
 
@@ -562,7 +567,7 @@ class PostLNBlock(_ResidualBlock):
     r"""Post-LN residual block: :math:`\mathrm{Norm}(x + F(x))`, as in the original Transformer.
 
     The norm sits on the residual path, so every block rescales the gradient flowing through
-    it; at initialisation the gradients of the last layers are large, which is why this
+    it; at initialization the gradients of the last layers are large, which is why this
     placement needs a learning-rate warm-up (Xiong et al., 2020).
 
     Args:
@@ -577,7 +582,7 @@ class PostLNBlock(_ResidualBlock):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return ``norm(x + sublayer(x))``."""
-        self._check_width(x)
+        x = self._input(x)
         return self.norm(x + self.sublayer(x))
 
 
@@ -612,18 +617,18 @@ def residual_stack(
         - input: ``(..., D)``
         - output: same as input
     """
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth <= 0:
-        raise ValueError(f"depth must be a positive int, got {depth!r}")
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
-        raise ValueError(f"dim must be a positive int, got {dim!r}")
-    if placement not in ("pre", "post"):
-        raise ValueError(f"placement must be 'pre' or 'post', got {placement!r}")
-    _make_norm(norm, dim, eps)  # validates norm and eps before building anything
-    make_sublayer = mlp if sublayer is None else sublayer
+    depth = _validate.positive_int("depth", depth)
+    dim = _validate.positive_int("dim", dim)
+    placement = _validate.choice("placement", placement, ("pre", "post"))
+    norm = _validate.choice("norm", norm, ("layer", "rms"))
+    make_sublayer = _validate.optional(_validate.callable_, "sublayer", sublayer) or mlp
+    final_norm = _validate.optional(_validate.flag, "final_norm", final_norm)
+    eps = _validate.optional(_validate.positive_real, "eps", eps)
     block = PreLNBlock if placement == "pre" else PostLNBlock
-    layers: list[nn.Module] = [
-        block(dim, make_sublayer(dim), _make_norm(norm, dim, eps)) for _ in range(depth)
-    ]
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        made = _validate.module("sublayer(dim)", make_sublayer(dim))
+        layers.append(block(dim, made, _make_norm(norm, dim, eps)))
     if final_norm is None:
         final_norm = placement == "pre"
     if final_norm:

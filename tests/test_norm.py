@@ -20,7 +20,9 @@ DTYPE_TOL = {
 }
 
 
-def _randn(*shape: int, seed: int = 0, dtype=torch.float32, device="cpu") -> torch.Tensor:
+def _randn(
+    *shape: int, seed: int = 0, dtype=torch.float32, device="cpu"
+) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g).to(dtype=dtype, device=device)
 
@@ -28,7 +30,9 @@ def _randn(*shape: int, seed: int = 0, dtype=torch.float32, device="cpu") -> tor
 # ---- oracle: a float64 loop written from the formulas ---------------------------------------
 
 
-def _loop_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float):
+def _loop_layer_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+):
     rows = x.double().reshape(-1, x.shape[-1])
     out = torch.empty_like(rows)
     for i, row in enumerate(rows):
@@ -36,9 +40,9 @@ def _loop_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, 
         mu = sum(float(v) for v in row) / d
         var = sum((float(v) - mu) ** 2 for v in row) / d
         for j in range(d):
-            out[i, j] = float(weight[j]) * (float(row[j]) - mu) / math.sqrt(var + eps) + float(
-                bias[j]
-            )
+            out[i, j] = float(weight[j]) * (float(row[j]) - mu) / math.sqrt(
+                var + eps
+            ) + float(bias[j])
     return out.reshape(x.shape)
 
 
@@ -46,7 +50,9 @@ def test_layer_norm_matches_float64_loop():
     x = 3 * _randn(3, 4, 7) + 2
     w, b = _randn(7, seed=1), _randn(7, seed=2)
     got = norm.layer_norm(x.double(), 7, w.double(), b.double(), eps=1e-5)
-    torch.testing.assert_close(got, _loop_layer_norm(x, w, b, 1e-5), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(
+        got, _loop_layer_norm(x, w, b, 1e-5), atol=1e-12, rtol=1e-12
+    )
 
 
 def test_batch_norm_matches_float64_loop():
@@ -89,9 +95,13 @@ def test_batch_norm_running_var_is_unbiased_and_normalizer_biased():
     x = _randn(4, 3) * 2
     rm, rv = torch.zeros(3), torch.ones(3)
     y = norm.batch_norm(x, rm, rv, training=True, momentum=1.0, eps=1e-12)
-    torch.testing.assert_close(rv, x.var(0, correction=1))  # momentum 1: the batch's unbiased
+    torch.testing.assert_close(
+        rv, x.var(0, correction=1)
+    )  # momentum 1: the batch's unbiased
     torch.testing.assert_close(rm, x.mean(0))
-    torch.testing.assert_close(y.var(0, correction=0), torch.ones(3), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        y.var(0, correction=0), torch.ones(3), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_batch_norm_eval_does_not_touch_running_stats():
@@ -122,22 +132,30 @@ def test_layer_norm_matches_torch(device, dtype, normalized_shape):
 def test_rms_norm_matches_torch(device, dtype, eps):
     x = _randn(3, 4, 16, seed=6).to(device=device, dtype=dtype)
     w = _randn(16, seed=7).to(device=device, dtype=dtype)
-    ref = nn.RMSNorm(16, eps=eps, device=device, dtype=dtype)  # eps passed: torch's default differs
+    ref = nn.RMSNorm(
+        16, eps=eps, device=device, dtype=dtype
+    )  # eps passed: torch's default differs
     with torch.no_grad():
         ref.weight.copy_(w)
     mod = norm.RMSNorm(16, eps=eps, device=device, dtype=dtype)
     with torch.no_grad():
         mod.weight.copy_(w)
     torch.testing.assert_close(mod(x), ref(x))
-    torch.testing.assert_close(norm.rms_norm(x, 16, w, eps=eps), F.rms_norm(x, (16,), w, eps=eps))
+    torch.testing.assert_close(
+        norm.rms_norm(x, 16, w, eps=eps), F.rms_norm(x, (16,), w, eps=eps)
+    )
 
 
 def test_rms_norm_variants_match_hugging_face(device):
     modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
     modeling_gemma = pytest.importorskip("transformers.models.gemma.modeling_gemma")
     x = (4 * _randn(2, 5, 32, seed=8)).to(device=device, dtype=torch.bfloat16)
-    llama = modeling_llama.LlamaRMSNorm(32, eps=1e-6).to(device=device, dtype=torch.bfloat16)
-    gemma = modeling_gemma.GemmaRMSNorm(32, eps=1e-6).to(device=device, dtype=torch.bfloat16)
+    llama = modeling_llama.LlamaRMSNorm(32, eps=1e-6).to(
+        device=device, dtype=torch.bfloat16
+    )
+    gemma = modeling_gemma.GemmaRMSNorm(32, eps=1e-6).to(
+        device=device, dtype=torch.bfloat16
+    )
     with torch.no_grad():
         llama.weight.copy_(_randn(32, seed=9))
         gemma.weight.copy_(_randn(32, seed=10))
@@ -149,7 +167,8 @@ def test_rms_norm_variants_match_hugging_face(device):
     # ... and the cast position matters in bfloat16: the variants differ somewhere
     w = llama.weight
     assert not torch.equal(
-        norm.rms_norm(x, 32, w, variant="llama"), norm.rms_norm(x, 32, w, variant="torch")
+        norm.rms_norm(x, 32, w, variant="llama"),
+        norm.rms_norm(x, 32, w, variant="torch"),
     )
 
 
@@ -161,13 +180,20 @@ def test_statistics_are_stable_for_large_mean():
     xb = x.T.contiguous()  # (B, D) with the large mean per feature
     yb = norm.batch_norm(xb, training=True)
     torch.testing.assert_close(
-        yb, F.batch_norm(xb.double(), None, None, training=True).float(), atol=2e-3, rtol=2e-3
+        yb,
+        F.batch_norm(xb.double(), None, None, training=True).float(),
+        atol=2e-3,
+        rtol=2e-3,
     )
 
 
 def test_half_precision_keeps_dtype_and_stays_finite():
     x = (300 * _randn(2, 8, 64, seed=12)).to(torch.float16)  # x**2 overflows float16
-    for out in (norm.layer_norm(x, 64), norm.rms_norm(x, 64), norm.batch_norm(x.transpose(1, 2))):
+    for out in (
+        norm.layer_norm(x, 64),
+        norm.rms_norm(x, 64),
+        norm.batch_norm(x.transpose(1, 2)),
+    ):
         assert out.dtype == torch.float16
         assert torch.isfinite(out).all()
 
@@ -192,7 +218,9 @@ def test_residual_stack_structure(placement, kind):
     norm_cls = norm.LayerNorm if kind == "layer" else norm.RMSNorm
     assert all(isinstance(stack[i], block) for i in range(3))
     assert all(isinstance(stack[i].norm, norm_cls) for i in range(3))
-    assert len(stack) == (4 if placement == "pre" else 3)  # Pre-LN ends with a final norm
+    assert len(stack) == (
+        4 if placement == "pre" else 3
+    )  # Pre-LN ends with a final norm
     y = stack(_randn(2, 5, 8))
     assert y.shape == (2, 5, 8)
 
@@ -214,7 +242,9 @@ seeds = st.integers(min_value=0, max_value=2**31 - 1)
 def test_layer_norm_rows_have_mean_zero_variance_one(b, d, seed):
     x = 5 * _randn(b, d, seed=seed) + 3
     y = norm.layer_norm(x.double(), d, eps=1e-12)
-    torch.testing.assert_close(y.mean(-1), torch.zeros(b, dtype=torch.float64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(
+        y.mean(-1), torch.zeros(b, dtype=torch.float64), atol=1e-9, rtol=0
+    )
     torch.testing.assert_close(
         y.var(-1, correction=0), torch.ones(b, dtype=torch.float64), atol=1e-6, rtol=0
     )
@@ -239,7 +269,9 @@ def test_layer_norm_shift_and_scale_invariance(b, d, seed, shift, scale):
 def test_rms_norm_scale_invariance_but_not_shift(b, d, seed, scale):
     x = _randn(b, d, seed=seed).double()
     y = norm.rms_norm(x, d, eps=1e-12)
-    torch.testing.assert_close(norm.rms_norm(scale * x, d, eps=1e-12), y, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(
+        norm.rms_norm(scale * x, d, eps=1e-12), y, atol=1e-6, rtol=1e-6
+    )
     torch.testing.assert_close(
         y.square().mean(-1), torch.ones(b, dtype=torch.float64), atol=1e-6, rtol=0
     )
@@ -262,105 +294,543 @@ def test_layer_norm_is_independent_of_batch_partners(b, seed):
     torch.testing.assert_close(norm.layer_norm(x, 8)[:1], alone)
 
 
-# ---- validation table ------------------------------------------------------------------------
+# ---- bad inputs: the contract (run by tests/test_contract.py) ------------------------
 
 X = torch.zeros(2, 4)
+_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+_block = norm.PreLNBlock(4, nn.Linear(4, 4), norm.LayerNorm(4))
+_post = norm.PostLNBlock(4, nn.Linear(4, 4), norm.RMSNorm(4))
 
-BAD = [
-    (lambda: norm.layer_norm([1.0, 2.0], 2), TypeError, "x must be a torch.Tensor, got list"),
+
+def _not_a_module(dim):
+    return lambda x: x
+
+
+BAD_INPUTS = [
+    # layer_norm: tensor type, dtype family, meta, trailing shape, parameters, eps
     (
+        "layer_norm",
+        lambda: norm.layer_norm([1.0, 2.0], 2),
+        TypeError,
+        "x must be a torch.Te",
+    ),
+    (
+        "layer_norm",
         lambda: norm.layer_norm(torch.ones(2, 4, dtype=torch.long), 4),
         TypeError,
-        "x must have a floating dtype, got torch.int64",
+        "x must be a floating-point tensor, got a tensor of dtype torch.int64",
     ),
     (
+        "layer_norm",
+        lambda: norm.layer_norm(X.to(torch.complex64), 4),
+        TypeError,
+        "x must be a floating-point tensor, got a tensor of dtype torch.complex64",
+    ),
+    (
+        "layer_norm",
+        lambda: norm.layer_norm(torch.zeros(2, 4, device="meta"), 4),
+        ValueError,
+        "x must hold values, got a tensor on the 'meta' device",
+    ),
+    (
+        "layer_norm",
         lambda: norm.layer_norm(X, 5),
         ValueError,
-        r"normalized_shape \(5,\) must match the last dims of x, got x of shape \(2, 4\)",
+        r"x must end with normalized_shape \(5,\), got x of shape \(2, 4\)",
     ),
-    (lambda: norm.layer_norm(X, 0), ValueError, "normalized_shape must be non-empty and positive"),
-    (lambda: norm.layer_norm(X, 4.0), TypeError, "normalized_shape must be an int or a sequence"),
-    (lambda: norm.layer_norm(X, 4, eps=0.0), ValueError, "eps must be positive, got 0.0"),
-    (lambda: norm.layer_norm(X, 4, eps=-1e-5), ValueError, "eps must be positive, got -1e-05"),
-    (lambda: norm.layer_norm(X, 4, eps="1e-5"), TypeError, "eps must be a float, got str"),
     (
+        "layer_norm",
+        lambda: norm.layer_norm(torch.tensor(1.0), 1),
+        ValueError,
+        "x must have at least 1 dimensions",
+    ),
+    (
+        "layer_norm",
+        lambda: norm.layer_norm(X, 0),
+        ValueError,
+        "normalized_shape must be a pos",
+    ),
+    (
+        "layer_norm",
+        lambda: norm.layer_norm(X, 4.0),
+        TypeError,
+        "normalized_shape must be an",
+    ),
+    (
+        "layer_norm",
+        lambda: norm.layer_norm(X, True),
+        TypeError,
+        "normalized_shape must be an",
+    ),
+    (
+        "layer_norm",
+        lambda: norm.layer_norm(X, [2, 0]),
+        ValueError,
+        r"normalized_shape\[1\] must be a positive int, got 0",
+    ),
+    (
+        "layer_norm",
+        lambda: norm.layer_norm(X, 4, eps=0.0),
+        ValueError,
+        "eps must be a real nu",
+    ),
+    (
+        "layer_norm",
+        lambda: norm.layer_norm(X, 4, eps=-1e-5),
+        ValueError,
+        "eps must be a real",
+    ),
+    (
+        "layer_norm",
+        lambda: norm.layer_norm(X, 4, eps="1e-5"),
+        TypeError,
+        "eps must be a real",
+    ),
+    (
+        "layer_norm",
+        lambda: norm.layer_norm(X, 4, eps=float("nan")),
+        ValueError,
+        "eps must be a finite real number",
+    ),
+    (
+        "layer_norm",
         lambda: norm.layer_norm(X, 4, torch.ones(5)),
         ValueError,
-        r"weight must have shape \(4,\), got \(5,\)",
+        r"weight must have shape \(4,\), got shape \(5,\)",
     ),
     (
+        "layer_norm",
         lambda: norm.layer_norm(X, 4, None, torch.ones(3)),
         ValueError,
-        r"bias must have shape \(4,\), got \(3,\)",
+        r"bias must have shape \(4,\), got shape \(3,\)",
     ),
     (
+        "layer_norm",
         lambda: norm.layer_norm(X, 4, torch.ones(4, dtype=torch.long)),
         TypeError,
-        "weight must have a floating dtype",
+        "weight must be a floating-point tensor",
     ),
-    (lambda: norm.rms_norm(X, 3), ValueError, "normalized_shape"),
-    (lambda: norm.rms_norm(X, 4, eps=0), ValueError, "eps must be positive, got 0"),
-    (lambda: norm.rms_norm(X, 4, variant="t5"), ValueError, "variant must be one of"),
-    (lambda: norm.rms_norm(torch.ones(4, dtype=torch.int32), 4), TypeError, "floating dtype"),
     (
+        "layer_norm",
+        lambda: norm.layer_norm(X, 4, torch.ones(4, dtype=torch.complex64)),
+        TypeError,
+        "weight must be a floating-point tensor",
+    ),
+    (
+        "layer_norm",
+        lambda: norm.layer_norm(X, 4, torch.ones(4, device="meta")),
+        ValueError,
+        "weight must hold values",
+    ),
+    pytest.param(
+        "layer_norm",
+        lambda: norm.layer_norm(X, 4, torch.ones(4, device="cuda")),
+        ValueError,
+        "weight must be on x's device cpu",
+        marks=_cuda,
+    ),
+    # rms_norm
+    (
+        "rms_norm",
+        lambda: norm.rms_norm(X, 3),
+        ValueError,
+        "x must end with normalized_shape",
+    ),
+    (
+        "rms_norm",
+        lambda: norm.rms_norm(X, 4, eps=0),
+        ValueError,
+        "eps must be a real number >",
+    ),
+    (
+        "rms_norm",
+        lambda: norm.rms_norm(X, 4, variant="t5"),
+        ValueError,
+        "variant must be one of 'torch', 'llama', 'gemma', got 't5'",
+    ),
+    (
+        "rms_norm",
+        lambda: norm.rms_norm(X, 4, variant=1),
+        TypeError,
+        "variant must be one of",
+    ),
+    (
+        "rms_norm",
+        lambda: norm.rms_norm(torch.ones(4, dtype=torch.int32), 4),
+        TypeError,
+        "x must be a floating-point tensor",
+    ),
+    (
+        "rms_norm",
+        lambda: norm.rms_norm(X, 4, torch.ones(2, 4)),
+        ValueError,
+        "weight must have",
+    ),
+    pytest.param(
+        "rms_norm",
+        lambda: norm.rms_norm(X.cuda(), 4, torch.ones(4)),
+        ValueError,
+        "weight must be on x's device cuda",
+        marks=_cuda,
+    ),
+    # batch_norm
+    (
+        "batch_norm",
         lambda: norm.batch_norm(torch.zeros(4)),
         ValueError,
-        r"x must be \(B, D\) or \(B, D, L\), got shape \(4,\)",
+        r"x must have at least 2 dimensions \(B, D\) or \(B, D, L\), got shape \(4,\)",
     ),
     (
+        "batch_norm",
+        lambda: norm.batch_norm(torch.zeros(2, 3, 4, 5)),
+        ValueError,
+        "x must have at most 3 dimensions",
+    ),
+    (
+        "batch_norm",
         lambda: norm.batch_norm(torch.zeros(1, 4)),
         ValueError,
-        "more than 1 value per feature in training mode",
+        "x must have more than 1 value per feature in training mode",
     ),
     (
+        "batch_norm",
         lambda: norm.batch_norm(X, training=False),
         ValueError,
         "running_mean and running_var are required when training=False",
     ),
     (
+        "batch_norm",
         lambda: norm.batch_norm(X, torch.zeros(4)),
         ValueError,
-        "running_mean and running_var must be given together",
+        "running_var must be given with running_mean, got None",
     ),
     (
+        "batch_norm",
         lambda: norm.batch_norm(X, torch.zeros(3), torch.ones(3)),
         ValueError,
-        r"running_mean must have shape \(4,\), got \(3,\)",
+        r"running_mean must have shape \(4,\), got shape \(3,\)",
     ),
     (
+        "batch_norm",
+        lambda: norm.batch_norm(X, torch.zeros(4), torch.ones(4, dtype=torch.int64)),
+        TypeError,
+        "running_var must be a floating-point tensor",
+    ),
+    (
+        "batch_norm",
         lambda: norm.batch_norm(X, momentum=1.5),
         ValueError,
-        r"momentum must be in \[0, 1\], got 1.5",
+        "momentum must be a real number <= 1, got 1.5",
     ),
-    (lambda: norm.batch_norm(X, eps=0.0), ValueError, "eps must be positive"),
-    (lambda: norm.batch_norm(X.long()), TypeError, "floating dtype"),
-    (lambda: norm.BatchNorm(0), ValueError, "num_features must be positive, got 0"),
-    (lambda: norm.RMSNorm(4, variant="x"), ValueError, "variant must be one of"),
-    (lambda: norm.LayerNorm(4, eps=0.0), ValueError, "eps must be positive"),
-    (lambda: norm.residual_stack(0, 4), ValueError, "depth must be a positive int, got 0"),
     (
-        lambda: norm.residual_stack(2, 4, placement="middle"),
+        "batch_norm",
+        lambda: norm.batch_norm(X, momentum="0.1"),
+        TypeError,
+        "momentum must be",
+    ),
+    (
+        "batch_norm",
+        lambda: norm.batch_norm(X, eps=0.0),
         ValueError,
-        "placement must be 'pre' or 'post', got 'middle'",
+        "eps must be a real",
     ),
     (
-        lambda: norm.residual_stack(2, 4, norm="batch"),
+        "batch_norm",
+        lambda: norm.batch_norm(X, training=1),
+        TypeError,
+        "training must be a bool",
+    ),
+    (
+        "batch_norm",
+        lambda: norm.batch_norm(X.long()),
+        TypeError,
+        "x must be a floating-point",
+    ),
+    pytest.param(
+        "batch_norm",
+        lambda: norm.batch_norm(X, weight=torch.ones(4, device="cuda")),
         ValueError,
-        "norm must be 'layer' or 'rms', got 'batch'",
+        "weight must be on x's device cpu",
+        marks=_cuda,
+    ),
+    # the modules: arguments, dtype and device
+    (
+        "BatchNorm",
+        lambda: norm.BatchNorm(0),
+        ValueError,
+        "num_features must be a positive int",
     ),
     (
+        "BatchNorm",
+        lambda: norm.BatchNorm(4.0),
+        TypeError,
+        "num_features must be an int",
+    ),
+    (
+        "BatchNorm",
+        lambda: norm.BatchNorm(4, momentum=2),
+        ValueError,
+        "momentum must be a real",
+    ),
+    (
+        "BatchNorm",
+        lambda: norm.BatchNorm(4, affine="yes"),
+        TypeError,
+        "affine must be a bool",
+    ),
+    (
+        "BatchNorm",
+        lambda: norm.BatchNorm(4, device="gpu"),
+        ValueError,
+        "device must be a dev",
+    ),
+    (
+        "BatchNorm",
+        lambda: norm.BatchNorm(4, dtype="float32"),
+        TypeError,
+        "dtype must be a torch.dtype such as torch.float32, got the string 'float32'",
+    ),
+    (
+        "BatchNorm",
+        lambda: norm.BatchNorm(4, dtype=torch.int32),
+        TypeError,
+        "dtype must be a floating torch.dtype",
+    ),
+    (
+        "BatchNorm",
+        lambda: norm.BatchNorm(4)(X.long()),
+        TypeError,
+        "x must be a floating-point",
+    ),
+    (
+        "LayerNorm",
+        lambda: norm.LayerNorm(4, eps=0.0),
+        ValueError,
+        "eps must be a real number",
+    ),
+    (
+        "LayerNorm",
+        lambda: norm.LayerNorm(0),
+        ValueError,
+        "normalized_shape must be a positive",
+    ),
+    (
+        "LayerNorm",
+        lambda: norm.LayerNorm(4, bias=1),
+        TypeError,
+        "bias must be a bool, got 1",
+    ),
+    (
+        "LayerNorm",
+        lambda: norm.LayerNorm(4, dtype="bf16"),
+        TypeError,
+        "dtype must be a torch.dt",
+    ),
+    (
+        "LayerNorm",
+        lambda: norm.LayerNorm(4, device="cuda:9"),
+        ValueError,
+        "device must be a device this machine has, got 'cuda:9'",
+    ),
+    (
+        "LayerNorm",
+        lambda: norm.LayerNorm(4)(torch.zeros(2, 5)),
+        ValueError,
+        "x must end with",
+    ),
+    (
+        "RMSNorm",
+        lambda: norm.RMSNorm(4, variant="x"),
+        ValueError,
+        "variant must be one of 'torch', 'llama', 'gemma', got 'x'",
+    ),
+    (
+        "RMSNorm",
+        lambda: norm.RMSNorm(4, dtype="float16"),
+        TypeError,
+        "dtype must be a torch.d",
+    ),
+    (
+        "RMSNorm",
+        lambda: norm.RMSNorm(4)(torch.zeros(2, 3)),
+        ValueError,
+        "x must end with norm",
+    ),
+    # the residual builders
+    ("mlp", lambda: norm.mlp(0), ValueError, "dim must be a positive int, got 0"),
+    ("mlp", lambda: norm.mlp(4.0), TypeError, "dim must be an int, got 4.0"),
+    ("mlp", lambda: norm.mlp(4, 0), ValueError, "hidden must be a positive int, got 0"),
+    ("mlp", lambda: norm.mlp(4, "8"), TypeError, "hidden must be an int, got '8'"),
+    (
+        "PreLNBlock",
+        lambda: norm.PreLNBlock(0, nn.Identity(), nn.Identity()),
+        ValueError,
+        "dim must be a positive int",
+    ),
+    (
+        "PreLNBlock",
+        lambda: norm.PreLNBlock(4, lambda x: x, nn.Identity()),
+        TypeError,
+        "sublayer must be a Module, got a function",
+    ),
+    (
+        "PreLNBlock",
         lambda: norm.PreLNBlock(4, nn.Identity(), nn.Identity())(torch.zeros(2, 5)),
         ValueError,
-        r"x must have last dim 4, got shape \(2, 5\)",
+        r"x must have size 4 \(dim\) in dimension -1, got shape \(2, 5\)",
     ),
-    (lambda: norm.mlp(0), ValueError, "dim must be a positive int, got 0"),
+    (
+        "PreLNBlock",
+        lambda: _block(torch.zeros(2, 4, dtype=torch.float64)),
+        TypeError,
+        "x must have sublayer.weight's dtype torch.float32, got a tensor of dtype torch.float64",
+    ),
+    (
+        "PreLNBlock",
+        lambda: _block([[0.0] * 4]),
+        TypeError,
+        "x must be a torch.Tensor, got a li",
+    ),
+    pytest.param(
+        "PreLNBlock",
+        lambda: _block(torch.zeros(2, 4, device="cuda")),
+        ValueError,
+        "x must be on sublayer.weight's device cpu",
+        marks=_cuda,
+    ),
+    (
+        "PostLNBlock",
+        lambda: norm.PostLNBlock(4, nn.Identity(), "rms"),
+        TypeError,
+        "norm must be a Module, got 'rms'",
+    ),
+    ("PostLNBlock", lambda: _post(torch.zeros(3, 5)), ValueError, "x must have size 4"),
+    (
+        "PostLNBlock",
+        lambda: _post(torch.zeros(3, 4).long()),
+        TypeError,
+        "x must be a floating",
+    ),
+    (
+        "residual_stack",
+        lambda: norm.residual_stack(0, 4),
+        ValueError,
+        "depth must be a positive",
+    ),
+    (
+        "residual_stack",
+        lambda: norm.residual_stack(2.0, 4),
+        TypeError,
+        "depth must be an int",
+    ),
+    (
+        "residual_stack",
+        lambda: norm.residual_stack(2, -4),
+        ValueError,
+        "dim must be a positive",
+    ),
+    (
+        "residual_stack",
+        lambda: norm.residual_stack(2, 4, placement="middle"),
+        ValueError,
+        "placement must be one of 'pre', 'post', got 'middle'",
+    ),
+    (
+        "residual_stack",
+        lambda: norm.residual_stack(2, 4, norm="batch"),
+        ValueError,
+        "norm must be one of 'layer', 'rms', got 'batch'",
+    ),
+    (
+        "residual_stack",
+        lambda: norm.residual_stack(2, 4, sublayer=3),
+        TypeError,
+        "sublayer must",
+    ),
+    (
+        "residual_stack",
+        lambda: norm.residual_stack(2, 4, sublayer=_not_a_module),
+        TypeError,
+        r"sublayer\(dim\) must be a Module, got a function",
+    ),
+    (
+        "residual_stack",
+        lambda: norm.residual_stack(2, 4, final_norm=1),
+        TypeError,
+        "final_norm",
+    ),
+    (
+        "residual_stack",
+        lambda: norm.residual_stack(2, 4, eps=0),
+        ValueError,
+        "eps must be a real",
+    ),
 ]
 
 
-@pytest.mark.parametrize("call, exc, match", BAD)
-def test_bad_input_is_rejected(call, exc, match):
-    with pytest.raises(exc, match=match):
-        call()
+# ---- empty inputs give their natural answer --------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (2, 0, 4), (0, 3, 4)])
+def test_layer_and_rms_norm_of_no_tokens_are_empty(shape):
+    x = torch.zeros(shape)
+    for y in (
+        norm.layer_norm(x, 4, torch.ones(4), torch.zeros(4)),
+        norm.rms_norm(x, 4),
+    ):
+        assert y.shape == x.shape and y.dtype == x.dtype
+
+
+def test_batch_norm_of_no_features_is_empty():
+    x = torch.zeros(3, 0, 5)
+    assert norm.batch_norm(x).shape == x.shape
+    assert norm.batch_norm(
+        torch.zeros(0, 4), torch.zeros(4), torch.ones(4), training=False
+    ).shape == (0, 4)
+
+
+# ---- valid random inputs never raise -----------------------------------------------------
+
+
+@given(
+    st.lists(st.integers(0, 3), max_size=2),
+    st.integers(1, 6),
+    st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]),
+    st.sampled_from(["torch", "llama", "gemma"]),
+    st.booleans(),
+    st.floats(1e-8, 1.0),
+)
+def test_valid_random_inputs_never_raise(lead, d, dtype, variant, affine, eps):
+    x = torch.randn(*lead, d).to(dtype)
+    w = torch.randn(d) if affine else None
+    assert norm.layer_norm(x, d, w, w, eps=eps).shape == x.shape
+    assert norm.rms_norm(x, d, w, eps=eps, variant=variant).shape == x.shape
+    assert norm.LayerNorm(d, bias=affine, dtype=dtype)(x).dtype == dtype
+    assert norm.RMSNorm(d, variant=variant, dtype=dtype)(x).dtype == dtype
+
+
+@given(
+    st.integers(2, 5),
+    st.integers(0, 4),
+    st.sampled_from([None, 1, 3]),
+    st.booleans(),
+    st.floats(0.0, 1.0),
+)
+def test_valid_batch_norm_calls_never_raise(b, d, length, training, momentum):
+    x = torch.randn(b, d) if length is None else torch.randn(b, d, length)
+    module = norm.BatchNorm(max(d, 1), momentum=momentum) if d else None
+    stats = (torch.zeros(d), torch.ones(d))
+    y = norm.batch_norm(x, *stats, training=training, momentum=momentum)
+    assert y.shape == x.shape
+    if module is not None:
+        module.train(training)
+        assert module(x).shape == x.shape
+
+
+@given(st.integers(1, 3), st.integers(1, 6), st.sampled_from(["pre", "post"]))
+def test_valid_residual_stacks_never_raise(depth, dim, placement):
+    stack = norm.residual_stack(depth, dim, placement=placement, norm="rms", eps=1e-5)
+    assert stack(torch.randn(2, 3, dim)).shape == (2, 3, dim)
 
 
 # ---- checkers, both ways ---------------------------------------------------------------------
@@ -375,7 +845,9 @@ def _ln(x, weight, bias, eps, *, correction=0, outside=False, dim=-1, gain=True)
 
 def test_check_layer_norm_accepts_package():
     assert checks.check_layer_norm(
-        lambda x, weight, bias, eps: norm.layer_norm(x, x.shape[-1], weight, bias, eps=eps)
+        lambda x, weight, bias, eps: norm.layer_norm(
+            x, x.shape[-1], weight, bias, eps=eps
+        )
     )
 
 
@@ -391,14 +863,18 @@ def test_check_layer_norm_accepts_package():
 )
 def test_check_layer_norm_names_mistakes(kwargs, name):
     with pytest.raises(checks.CheckError, match=name) as info:
-        checks.check_layer_norm(lambda x, weight, bias, eps: _ln(x, weight, bias, eps, **kwargs))
+        checks.check_layer_norm(
+            lambda x, weight, bias, eps: _ln(x, weight, bias, eps, **kwargs)
+        )
     assert info.value.mistake is not None and name.split()[0] in info.value.mistake
 
 
 def _rms(x, weight, eps, *, center=False, outside=False, gain=True, total=False):
     if center:
         x = x - x.mean(-1, keepdim=True)
-    ms = x.square().sum(-1, keepdim=True) if total else x.square().mean(-1, keepdim=True)
+    ms = (
+        x.square().sum(-1, keepdim=True) if total else x.square().mean(-1, keepdim=True)
+    )
     y = x / (ms.sqrt() + eps) if outside else x * torch.rsqrt(ms + eps)
     return y * weight if gain else y
 
@@ -414,7 +890,9 @@ def test_check_rms_norm_both_ways():
         ({"total": True}, "sum of squares"),
     ]:
         with pytest.raises(checks.CheckError, match=name):
-            checks.check_rms_norm(lambda x, weight, eps, kw=kwargs: _rms(x, weight, eps, **kw))
+            checks.check_rms_norm(
+                lambda x, weight, eps, kw=kwargs: _rms(x, weight, eps, **kw)
+            )
 
 
 def _bn(
@@ -446,7 +924,9 @@ def _bn(
 
 def test_check_batch_norm_accepts_package():
     def mine(x, running_mean, running_var, weight, bias, momentum, eps):
-        y = norm.batch_norm(x, running_mean, running_var, weight, bias, momentum=momentum, eps=eps)
+        y = norm.batch_norm(
+            x, running_mean, running_var, weight, bias, momentum=momentum, eps=eps
+        )
         return y, running_mean, running_var
 
     assert checks.check_batch_norm(mine)
@@ -476,7 +956,9 @@ def test_check_batch_norm_wants_a_tuple():
 def test_check_variance_both_ways():
     assert checks.check_variance(lambda x, dim: torch.var(x, dim=dim, correction=0))
     with pytest.raises(checks.CheckError, match="catastrophic cancellation"):
-        checks.check_variance(lambda x, dim: x.square().mean(dim) - x.mean(dim).square())
+        checks.check_variance(
+            lambda x, dim: x.square().mean(dim) - x.mean(dim).square()
+        )
     with pytest.raises(checks.CheckError, match="unbiased variance"):
         checks.check_variance(lambda x, dim: torch.var(x, dim=dim, correction=1))
 
