@@ -39,12 +39,20 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noq
 
 @pytest.mark.parametrize(
     ("dtype", "np_dtype"),
-    [(torch.float32, np.float32), (torch.float64, np.float64), (torch.float16, np.float16)],
+    [
+        (torch.float32, np.float32),
+        (torch.float64, np.float64),
+        (torch.float16, np.float16),
+    ],
 )
 def test_ulp_matches_numpy_spacing(dtype: torch.dtype, np_dtype: type) -> None:
-    values = np.array([1e-30, 1e-3, 0.7, 1.0, 3.0, 1000.5, 2.0**20, 6e4], dtype=np.float64)
+    values = np.array(
+        [1e-30, 1e-3, 0.7, 1.0, 3.0, 1000.5, 2.0**20, 6e4], dtype=np.float64
+    )
     values = values[values < np.finfo(np_dtype).max]
-    values = values.astype(np_dtype)  # numbers of that format: spacing is defined on them
+    values = values.astype(
+        np_dtype
+    )  # numbers of that format: spacing is defined on them
     expected = np.spacing(values).astype(np.float64)
     got = ulp(torch.from_numpy(values.astype(np.float64)), dtype=dtype).numpy()
     np.testing.assert_array_equal(got, expected)
@@ -70,7 +78,9 @@ def test_rope_table_float32_angles_is_hugging_face() -> None:
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     )
     x = torch.zeros(1, 1, head_dim)
-    hf_cos, hf_sin = LlamaRotaryEmbedding(config)(x, positions[None])  # (1, L, D) repeated
+    hf_cos, hf_sin = LlamaRotaryEmbedding(config)(
+        x, positions[None]
+    )  # (1, L, D) repeated
     cos, sin = rope_table(positions, head_dim, recipe="float32-angles")
     torch.testing.assert_close(cos, hf_cos[0, :, : head_dim // 2], rtol=0, atol=0)
     torch.testing.assert_close(sin, hf_sin[0, :, : head_dim // 2], rtol=0, atol=0)
@@ -159,7 +169,9 @@ def test_compare_timings_measures_every_case() -> None:
 
         return fn
 
-    medians = compare_timings({"a": make("a"), "b": make("b")}, min_run_time=0.01, rounds=2)
+    medians = compare_timings(
+        {"a": make("a"), "b": make("b")}, min_run_time=0.01, rounds=2
+    )
     assert list(medians) == ["a", "b"]
     assert all(t > 0 and math.isfinite(t) for t in medians.values())
     assert calls["a"] > 2 and calls["b"] > 2  # warm-up plus at least one call per round
@@ -191,7 +203,9 @@ def test_keep_freed_memory_applies_on_glibc_only() -> None:
 # ---- properties -----------------------------------------------------------------------------------
 
 
-@given(st.floats(min_value=1e-30, max_value=1e30, allow_nan=False, allow_infinity=False))
+@given(
+    st.floats(min_value=1e-30, max_value=1e30, allow_nan=False, allow_infinity=False)
+)
 def test_ulp_brackets_the_value(x: float) -> None:
     u = ulp(x).item()
     # |x| lies in [2**k, 2**(k+1)) with ulp = 2**k * eps: eps*|x|/2 < u <= eps*|x|
@@ -209,77 +223,355 @@ def test_float32_rounding_is_within_half_an_ulp(x: float) -> None:
 
 @given(st.sampled_from(ROPE_RECIPES), st.integers(min_value=1, max_value=8))
 def test_rope_error_is_zero_at_position_zero(recipe: str, half: int) -> None:
-    errors = rope_error_by_position(torch.tensor([0]), 2 * half, recipe=recipe, num_vectors=2)
+    errors = rope_error_by_position(
+        torch.tensor([0]), 2 * half, recipe=recipe, num_vectors=2
+    )
     assert errors.error.item() == 0.0
 
 
-# ---- validation -----------------------------------------------------------------------------------
+# ---- bad inputs: the contract (run by tests/test_contract.py) ------------------------
 
 
 def _noop() -> None:
     return None
 
 
-@pytest.mark.parametrize(
-    ("call", "error", "match"),
-    [
-        (lambda: ulp(1.0, dtype=torch.int32), TypeError, "dtype must be a floating-point"),
-        (lambda: ulp("1"), TypeError, "x must be a tensor or a real number"),
-        (lambda: ulp(True), TypeError, "x must be a tensor or a real number"),
-        (lambda: ulp(math.inf), ValueError, "x must be finite"),
-        (lambda: ulp(torch.tensor([1.0, math.nan])), ValueError, "x must be finite"),
-        (lambda: max_abs_error([1.0], torch.ones(1)), TypeError, "approx must be a torch.Tensor"),
-        (lambda: max_abs_error(torch.ones(1), 1.0), TypeError, "reference must be a torch.Tensor"),
-        (lambda: tensor_bytes(torch.ones(1), 3), TypeError, r"tensors\[1\] must be a torch"),
-        (lambda: attention_flops(1, 1, 0, 1, 1), ValueError, "length must be >= 1, got 0"),
-        (lambda: attention_flops(1, 1, 1, 1, 2.0), TypeError, "head_dim must be an int"),
-        (lambda: rope_table([0, 1], 8), TypeError, "positions must be a torch.Tensor"),
-        (lambda: rope_table(torch.zeros(2, 2), 8), ValueError, "positions must be 1-D"),
-        (lambda: rope_table(torch.arange(3), 8, recipe="fp32"), ValueError, "recipe must be one"),
-        (lambda: rope_table(torch.arange(3), 7), ValueError, "head_dim must be"),
-        (lambda: rope_error_by_position(torch.tensor([-1]), 8), ValueError, "non-negative"),
-        (lambda: rope_error_by_position(torch.zeros(0), 8), ValueError, "non-empty"),
-        (
-            lambda: rope_error_by_position(torch.arange(2), 8, num_vectors=0),
-            ValueError,
-            "num_vectors must be >= 1, got 0",
+_meta = torch.empty(3, device="meta")
+_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+_errors = rope_error_by_position(torch.arange(2), 4, num_vectors=1)
+
+NO_BAD_INPUTS = {
+    "MemoryTraffic": "a record that memory_traffic fills; no argument to check"
+}
+
+BAD_INPUTS = [
+    (
+        "ulp",
+        lambda: ulp(1.0, dtype=torch.int32),
+        TypeError,
+        "dtype must be a floating torch",
+    ),
+    (
+        "ulp",
+        lambda: ulp(1.0, dtype="float32"),
+        TypeError,
+        "dtype must be a torch.dtype such as torch.float32, got the string 'float32'",
+    ),
+    ("ulp", lambda: ulp("1"), TypeError, "x must be a real number, got '1'"),
+    ("ulp", lambda: ulp(True), TypeError, "x must be a real number, got True"),
+    ("ulp", lambda: ulp(1j), TypeError, "x must be a real number, got 1j"),
+    ("ulp", lambda: ulp(math.inf), ValueError, "x must be finite"),
+    ("ulp", lambda: ulp(torch.tensor([1.0, math.nan])), ValueError, "x must be finite"),
+    (
+        "ulp",
+        lambda: ulp(torch.ones(2, dtype=torch.complex64)),
+        TypeError,
+        "x must be a floating or integer tensor",
+    ),
+    ("ulp", lambda: ulp(_meta), ValueError, "x must hold values"),
+    (
+        "PositionErrors.in_ulps",
+        lambda: _errors.in_ulps("float32"),
+        TypeError,
+        "dtype must be a torch.dtype such as torch.float32",
+    ),
+    (
+        "max_abs_error",
+        lambda: max_abs_error([1.0], torch.ones(1)),
+        TypeError,
+        "approx must be a torch.Tensor, got a list",
+    ),
+    (
+        "max_abs_error",
+        lambda: max_abs_error(torch.ones(1), 1.0),
+        TypeError,
+        "reference must be a torch.Tensor, got 1.0",
+    ),
+    (
+        "max_abs_error",
+        lambda: max_abs_error(torch.ones(3), torch.ones(4)),
+        ValueError,
+        "approx and reference must broadcast",
+    ),
+    (
+        "max_abs_error",
+        lambda: max_abs_error(torch.ones(3, dtype=torch.complex64), torch.ones(3)),
+        TypeError,
+        "approx must be a floating or integer or bool tensor",
+    ),
+    (
+        "max_abs_error",
+        lambda: max_abs_error(_meta, _meta),
+        ValueError,
+        "approx must hold",
+    ),
+    pytest.param(
+        "max_abs_error",
+        lambda: max_abs_error(torch.ones(3), torch.ones(3, device="cuda")),
+        ValueError,
+        "reference must be on approx's device cpu",
+        marks=_cuda,
+    ),
+    (
+        "tensor_bytes",
+        lambda: tensor_bytes(torch.ones(1), 3),
+        TypeError,
+        r"tensors\[1\] must be a torch.Tensor, got 3",
+    ),
+    (
+        "tensor_bytes",
+        lambda: tensor_bytes(_meta),
+        ValueError,
+        r"tensors\[0\] must hold values",
+    ),
+    (
+        "attention_flops",
+        lambda: attention_flops(1, 1, 0, 1, 1),
+        ValueError,
+        "length must be a positive int, got 0",
+    ),
+    (
+        "attention_flops",
+        lambda: attention_flops(1, 1, 1, 1, 2.0),
+        TypeError,
+        "head_dim must be an int, got 2.0",
+    ),
+    (
+        "attention_flops",
+        lambda: attention_flops(True, 1, 1, 1, 1),
+        TypeError,
+        "batch must be an",
+    ),
+    (
+        "rope_table",
+        lambda: rope_table([0, 1], 8),
+        TypeError,
+        "positions must be a torch.Tensor",
+    ),
+    (
+        "rope_table",
+        lambda: rope_table(torch.zeros(2, 2), 8),
+        ValueError,
+        r"positions must have 1 dimensions, got shape \(2, 2\)",
+    ),
+    (
+        "rope_table",
+        lambda: rope_table(torch.zeros(2, dtype=torch.complex64), 8),
+        TypeError,
+        "positions must be an integer or floating tensor",
+    ),
+    (
+        "rope_table",
+        lambda: rope_table(torch.arange(3), 8, recipe="fp32"),
+        ValueError,
+        "recipe must be one of 'float64-angles', 'float32-angles', 'bfloat16-table'",
+    ),
+    (
+        "rope_table",
+        lambda: rope_table(torch.arange(3), 8, recipe=32),
+        TypeError,
+        "recipe must",
+    ),
+    (
+        "rope_table",
+        lambda: rope_table(torch.arange(3), 7),
+        ValueError,
+        "head_dim must be an even int, got 7",
+    ),
+    (
+        "rope_table",
+        lambda: rope_table(torch.arange(3), "8"),
+        TypeError,
+        "head_dim must be an",
+    ),
+    (
+        "rope_table",
+        lambda: rope_table(torch.arange(3), 8, base=1.0),
+        ValueError,
+        "base must be",
+    ),
+    (
+        "rope_error_by_position",
+        lambda: rope_error_by_position(torch.tensor([-1]), 8),
+        ValueError,
+        "positions must be non-negative and not NaN",
+    ),
+    (
+        "rope_error_by_position",
+        lambda: rope_error_by_position(torch.tensor([math.nan]), 8),
+        ValueError,
+        "positions must be non-negative and not NaN",
+    ),
+    (
+        "rope_error_by_position",
+        lambda: rope_error_by_position(torch.zeros(0), 8),
+        ValueError,
+        r"positions must not be empty, got shape \(0,\)",
+    ),
+    (
+        "rope_error_by_position",
+        lambda: rope_error_by_position(torch.arange(2), 8, num_vectors=0),
+        ValueError,
+        "num_vectors must be a positive int, got 0",
+    ),
+    (
+        "rope_error_by_position",
+        lambda: rope_error_by_position(torch.arange(2), 8, generator=0),
+        TypeError,
+        "generator must be a Generator, got 0",
+    ),
+    (
+        "rope_error_by_position",
+        lambda: rope_error_by_position(torch.arange(2), 7),
+        ValueError,
+        "head_dim must be an even int, got 7",
+    ),
+    (
+        "one_pass_layer_norm",
+        lambda: one_pass_layer_norm(torch.ones(2, 2, dtype=torch.int64)),
+        TypeError,
+        "x must be a floating-point tensor",
+    ),
+    (
+        "one_pass_layer_norm",
+        lambda: one_pass_layer_norm(torch.tensor(1.0)),
+        ValueError,
+        "x must have at least 1 dimensions",
+    ),
+    (
+        "one_pass_layer_norm",
+        lambda: one_pass_layer_norm(torch.ones(2, 2), eps=-1.0),
+        ValueError,
+        "eps must be a real number > 0",
+    ),
+    (
+        "naive_softmax_attention",
+        lambda: naive_softmax_attention(
+            torch.ones(2, 4), torch.ones(2, 3), torch.ones(2, 3)
         ),
-        (
-            lambda: one_pass_layer_norm(torch.ones(2, 2, dtype=torch.int64)),
-            TypeError,
-            "x must be a floating-point tensor",
+        ValueError,
+        r"query and key must have the same feature-width \(D\) size",
+    ),
+    (
+        "naive_softmax_attention",
+        lambda: naive_softmax_attention(
+            torch.ones(2, 4), torch.ones(2, 4).double(), torch.ones(2, 3)
         ),
-        (
-            lambda: naive_softmax_attention(torch.ones(2, 4), torch.ones(2, 3), torch.ones(2, 3)),
-            ValueError,
-            "query and key must share the last dim, got 4 and 3",
+        TypeError,
+        "key must have query's dtype",
+    ),
+    (
+        "naive_softmax_attention",
+        lambda: naive_softmax_attention(
+            torch.ones(2, 0), torch.ones(2, 0), torch.ones(2, 3)
         ),
-        (lambda: keep_freed_memory(0), ValueError, "limit_bytes must be >= 1, got 0"),
-        (lambda: keep_freed_memory(1.5), TypeError, "limit_bytes must be an int"),
-        (lambda: memory_traffic(3), TypeError, "fn must be callable, got int"),
-        (lambda: compare_timings({}), ValueError, "cases must be a non-empty mapping"),
-        (lambda: compare_timings({"a": 1}), TypeError, r"cases\['a'\] must be callable"),
-        (
-            lambda: compare_timings({"a": _noop}, min_run_time=0),
-            ValueError,
-            "min_run_time must be > 0, got 0",
-        ),
-        (lambda: compare_timings({"a": _noop}, rounds=0), ValueError, "rounds must be >= 1"),
-        (
-            lambda: compare_timings({"a": _noop}, num_threads=0),
-            ValueError,
-            "num_threads must be >= 1, got 0",
-        ),
-        (
-            lambda: compare_timings({"a": _noop}, num_threads=1.5),
-            TypeError,
-            "num_threads must be an int",
-        ),
-    ],
+        ValueError,
+        "query must have a positive feature width D",
+    ),
+    (
+        "keep_freed_memory",
+        lambda: keep_freed_memory(0),
+        ValueError,
+        "limit_bytes must be a pos",
+    ),
+    (
+        "keep_freed_memory",
+        lambda: keep_freed_memory(1.5),
+        TypeError,
+        "limit_bytes must be an",
+    ),
+    (
+        "memory_traffic",
+        lambda: memory_traffic(3),
+        TypeError,
+        "fn must be callable, got 3",
+    ),
+    (
+        "compare_timings",
+        lambda: compare_timings({}),
+        ValueError,
+        "cases must hold at least one name -> callable",
+    ),
+    (
+        "compare_timings",
+        lambda: compare_timings([_noop]),
+        TypeError,
+        "cases must be a mapping",
+    ),
+    (
+        "compare_timings",
+        lambda: compare_timings({"a": 1}),
+        TypeError,
+        r"cases\['a'\] must be callable, got 1",
+    ),
+    (
+        "compare_timings",
+        lambda: compare_timings({1: _noop}),
+        TypeError,
+        "cases key 1 must be",
+    ),
+    (
+        "compare_timings",
+        lambda: compare_timings({"a": _noop}, min_run_time=0),
+        ValueError,
+        "min_run_time must be a real number > 0, got 0",
+    ),
+    (
+        "compare_timings",
+        lambda: compare_timings({"a": _noop}, min_run_time="0.2"),
+        TypeError,
+        "min_run_time must be a real number",
+    ),
+    (
+        "compare_timings",
+        lambda: compare_timings({"a": _noop}, rounds=0),
+        ValueError,
+        "rounds must be a positive int",
+    ),
+    (
+        "compare_timings",
+        lambda: compare_timings({"a": _noop}, num_threads=0),
+        ValueError,
+        "num_threads must be a positive int, got 0",
+    ),
+    (
+        "compare_timings",
+        lambda: compare_timings({"a": _noop}, num_threads=1.5),
+        TypeError,
+        "num_threads must be an int",
+    ),
+]
+
+
+# ---- empty inputs and valid random inputs ------------------------------------------------
+
+
+def test_empty_inputs_give_their_natural_answer() -> None:
+    assert max_abs_error(torch.zeros(0), torch.zeros(0)) == 0.0
+    assert tensor_bytes() == 0 and tensor_bytes(torch.zeros(0, 3)) == 0
+    assert ulp(torch.zeros(0)).shape == (0,)
+    assert one_pass_layer_norm(torch.zeros(0, 4)).shape == (0, 4)
+    assert memory_traffic(_noop).ops == []
+    assert rope_table(torch.zeros(0, dtype=torch.int64), 8)[0].shape == (0, 4)
+
+
+@given(
+    st.lists(st.floats(-1e30, 1e30), min_size=0, max_size=5),
+    st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64]),
+    st.sampled_from(ROPE_RECIPES),
+    st.integers(1, 4),
+    st.integers(0, 2**20),
 )
-def test_validation(call, error: type[Exception], match: str) -> None:
-    with pytest.raises(error, match=match):
-        call()
+def test_valid_random_inputs_never_raise(values, dtype, recipe, half, position) -> None:
+    x = torch.tensor(values, dtype=torch.float64)
+    assert ulp(x, dtype=dtype).shape == x.shape
+    assert max_abs_error(x.float(), x) >= 0.0
+    assert tensor_bytes(x, x.float()) == 12 * len(values)
+    positions = torch.tensor([0, position])
+    cos, _ = rope_table(positions, 2 * half, recipe=recipe)
+    assert cos.shape == (2, half)
+    if values:
+        assert one_pass_layer_norm(x).shape == x.shape
 
 
 # ---- the appendix's plot helper -------------------------------------------------------------------
@@ -298,13 +590,16 @@ def test_ratio_bars_draws_one_bar_per_ratio_and_validates() -> None:
         assert ratio_bars(ax, {"a": 1.0, "b": 2.5}, reference="clone") is ax
         widths = sorted(p.get_width() for p in ax.patches)
         assert widths == [1.0, 2.5]
-        at = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks(), strict=True)}
+        at = {
+            t.get_text(): y
+            for t, y in zip(ax.get_yticklabels(), ax.get_yticks(), strict=True)
+        }
         assert at["a"] > at["b"]  # the first ratio is drawn on top
-        with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
+        with pytest.raises(TypeError, match=r"ax\b"):
             ratio_bars(None, {"a": 1.0})
-        with pytest.raises(ValueError, match="ratios must hold at least one bar"):
+        with pytest.raises(ValueError, match=r"ratios\b"):
             ratio_bars(ax, {})
-        with pytest.raises(ValueError, match="ratios must be finite and positive"):
+        with pytest.raises(ValueError, match=r"ratios\b"):
             ratio_bars(ax, {"a": 0.0})
     finally:
         plt.close(fig)
@@ -319,15 +614,22 @@ def test_memory_traffic_of_single_operators() -> None:
     out = torch.empty(6, 8)
     n, r = x.numel() * 4, row.numel() * 4
     assert memory_traffic(lambda: x.clone()).ops == [("clone", n, n)]
-    assert memory_traffic(lambda: x * row).ops == [("mul", n + r, n)]  # broadcast row: 8 floats
+    assert memory_traffic(lambda: x * row).ops == [
+        ("mul", n + r, n)
+    ]  # broadcast row: 8 floats
     assert memory_traffic(lambda: torch.mul(x, row, out=out)).ops == [("mul", n + r, n)]
-    assert memory_traffic(lambda: out.copy_(x)).ops == [("copy_", n, n)]  # dst is not read
+    assert memory_traffic(lambda: out.copy_(x)).ops == [
+        ("copy_", n, n)
+    ]  # dst is not read
     y = x.clone()
     assert memory_traffic(lambda: y.add_(x)).ops == [("add_", 2 * n, n)]  # self is read
     assert memory_traffic(lambda: torch.cat((x, x))).ops == [("cat", 2 * n, 2 * n)]
     assert memory_traffic(lambda: row.expand(100, 8) * 2.0).ops == [("mul", r, 100 * r)]
     # views and fresh buffers move nothing
-    assert memory_traffic(lambda: (x.t(), x.view(48), x[2:], torch.empty_like(x))).ops == []
+    assert (
+        memory_traffic(lambda: (x.t(), x.view(48), x[2:], torch.empty_like(x))).ops
+        == []
+    )
     t = memory_traffic(lambda: (x * row).sum())
     assert (t.read, t.written, t.total) == (n + r + n, n + 4, 2 * n + r + n + 4)
 
