@@ -111,6 +111,12 @@ class Mistake:
     atol: float | None = None
     rtol: float | None = None
 
+    def __post_init__(self) -> None:
+        _validate.instance("name", self.name, str, "a str")
+        _validate.instance("explanation", self.explanation, str, "a str")
+        _validate.optional(_validate.real, "atol", self.atol, minimum=0.0)
+        _validate.optional(_validate.real, "rtol", self.rtol, minimum=0.0)
+
 
 class NotAttempted(Exception):
     """The learner's function is still the exercise's stub."""
@@ -122,6 +128,9 @@ class NotAttempted(Exception):
 def describe_inputs(inputs: Mapping[str, object]) -> str:
     """Format a case's inputs: tensors by shape and dtype, functions by name, others by
     ``repr``."""
+    _validate.instance(
+        "inputs", inputs, Mapping, "a mapping of argument names to values"
+    )
     parts = []
     for key, value in inputs.items():
         if isinstance(value, Tensor):
@@ -212,6 +221,9 @@ def expect_close(
         check_dtype: also require ``got``'s dtype to be ``expected``'s.
         integer: also require an integer dtype (class indices, token ids).
     """
+    _validate.tensor("expected", expected, dtype=None)
+    _validate.real("atol", atol, minimum=0.0)
+    _validate.real("rtol", rtol, minimum=0.0)
     where = describe_inputs(inputs)
     tensor = as_tensor(got)
     if tensor is None:
@@ -406,6 +418,14 @@ class Case:
     learner: str | None = None
     shown: dict[str, object] | None = field(default=None)
 
+    def __post_init__(self) -> None:
+        _validate.instance("prop", self.prop, str, "a str")
+        _validate.instance(
+            "inputs", self.inputs, dict, "a dict of argument names to values"
+        )
+        _validate.real("atol", self.atol, minimum=0.0)
+        _validate.real("rtol", self.rtol, minimum=0.0)
+
 
 def run_case(check: str, fn: Callable[..., object], case: Case) -> None:
     """Call ``fn`` on ``case`` and compare its answer (each part of a tuple answer)."""
@@ -455,6 +475,7 @@ def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., bool]:
     passes, prints a "not attempted yet" line and returns ``False`` for a stub, and
     raises :class:`CheckError` on the first case that fails.
     """
+    _validate.callable_("body", body)
     signature = inspect.signature(body)
     learners = [
         name

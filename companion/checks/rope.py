@@ -100,7 +100,9 @@ def check_apply_rope(
     b\cos + a\sin)`), with the pairs of ``layout`` (``"half"``: ``(i, i + D/2)``, Hugging
     Face's; ``"interleaved"``: ``(2i, 2i + 1)``, Meta's), for positions that do not start
     at 0. Named mistakes: "rotating the wrong pairs for the declared layout", "the sign of
-    the rotation flipped", "frequencies base^(-i/D)", "positions ignored".
+    the rotation flipped", "frequencies base^(-i/D)", "positions ignored". Hugging Face's
+    ``LlamaRotaryEmbedding`` with ``apply_rotary_pos_emb`` passes (its float32 angles are
+    within tolerance at the positions checked, up to 4096).
 
     Args:
         apply_rope: a function ``apply_rope(x, positions, base) -> Tensor`` with ``x`` of

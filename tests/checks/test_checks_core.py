@@ -1,0 +1,404 @@
+"""The checkers' shared core (companion/checks/_core.py): the comparison, the messages,
+calling the learner's function, "not attempted yet", and the bad-input contract of every
+checker."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from companion import checks
+from companion.checks import CheckError, Mistake, describe_inputs, expect_close
+from companion.checks._core import Case, as_tensor, checker
+
+
+def _expect(got: object, expected: torch.Tensor, **kwargs: object) -> None:
+    expect_close(
+        got,
+        expected,
+        check="check_demo",
+        prop="demo property",
+        inputs={"n": 3},
+        **kwargs,
+    )
+
+
+# ---- the comparison -----------------------------------------------------------------
+
+
+def test_a_match_within_tolerance_passes() -> None:
+    x = torch.linspace(0, 1, 5)
+    _expect(x + 1e-7, x)
+
+
+def test_message_names_check_property_input_expected_and_got() -> None:
+    with pytest.raises(CheckError) as info:
+        _expect(torch.tensor([1.0, 2.5, 3.0]), torch.tensor([1.0, 2.0, 3.0]))
+    err, text = info.value, str(info.value)
+    assert text.startswith("check_demo: 'demo property' failed on n=3")
+    assert "expected: [1, 2, 3] shape=(3,)" in text
+    assert "got:      [1, 2.5, 3] shape=(3,)" in text
+    assert "max |got - expected| = 0.5 at index (1,)" in text
+    assert "relative error 0.25" in text
+    assert (err.check, err.prop, err.inputs, err.mistake) == (
+        "check_demo",
+        "demo property",
+        "n=3",
+        None,
+    )
+
+
+def test_values_that_differ_far_down_are_printed_with_enough_digits() -> None:
+    expected = torch.tensor(41829.41723174, dtype=torch.float64)
+    got = expected * (1 + 3e-9)
+    with pytest.raises(CheckError) as info:
+        _expect(got, expected, atol=0.0, rtol=1e-10)
+    match = re.search(r"expected ([0-9.e+-]+), got ([0-9.e+-]+);", str(info.value))
+    assert match is not None and match[1] != match[2]
+    assert float(match[1]) == pytest.approx(41829.41723174, rel=1e-8)
+    assert "relative error 3e-09" in str(info.value)
+    lines = str(info.value).splitlines()
+    assert lines[1].split(":", 1)[1].strip() != lines[2].split(":", 1)[1].strip()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        np.array([1.0, 2.0, 3.0]),
+        [1.0, 2.0, 3.0],
+        (1, 2, 3),
+        [np.float32(1.0), np.float32(2.0), np.float32(3.0)],
+        [torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)],
+    ],
+    ids=["numpy", "list", "tuple-of-ints", "numpy-scalars", "list-of-0d-tensors"],
+)
+def test_numpy_arrays_lists_and_numbers_are_accepted(answer: object) -> None:
+    _expect(answer, torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_python_floats_stay_float64() -> None:
+    assert as_tensor(0.1).dtype == torch.float64
+    assert as_tensor([0.1, 0.2]).dtype == torch.float64
+    _expect(
+        41829.41723174, torch.tensor(41829.41723174, dtype=torch.float64), rtol=1e-12
+    )
+
+
+def test_something_that_is_not_numbers_is_reported_as_such() -> None:
+    with pytest.raises(CheckError, match=r"got:      'three'"):
+        _expect("three", torch.zeros(3))
+    with pytest.raises(CheckError, match=r"Return a torch.Tensor"):
+        _expect({"a": 1}, torch.zeros(3))
+
+
+def test_shape_mismatch_is_reported_before_values() -> None:
+    with pytest.raises(
+        CheckError, match=r"expected: shape \(2, 3\)\n  got:      shape \(3, 2\)"
+    ):
+        _expect(torch.zeros(3, 2), torch.zeros(2, 3))
+
+
+def test_dtype_is_checked_only_when_asked() -> None:
+    _expect(torch.zeros(2, dtype=torch.float64), torch.zeros(2))
+    with pytest.raises(
+        CheckError, match=r"expected: torch.float32\n  got:      torch.float64"
+    ):
+        _expect(torch.zeros(2, dtype=torch.float64), torch.zeros(2), check_dtype=True)
+
+
+def test_integer_dtype_required_when_asked() -> None:
+    _expect(torch.tensor([1, 2]), torch.tensor([1, 2]), integer=True)
+    _expect(np.array([1, 2]), torch.tensor([1, 2]), integer=True)
+    with pytest.raises(CheckError, match="integer tensor") as info:
+        _expect(torch.tensor([1.0, 2.0]), torch.tensor([1, 2]), integer=True)
+    assert info.value.mistake == "float targets"
+
+
+def test_nan_where_the_reference_is_finite_is_explained() -> None:
+    with pytest.raises(CheckError, match=r"NaN or inf \(first at index \(1,\)\)"):
+        _expect(torch.tensor([0.0, float("nan")]), torch.zeros(2))
+
+
+def test_a_known_mistake_is_named() -> None:
+    expected, wrong = torch.tensor([1.0, 2.0]), torch.tensor([2.0, 1.0])
+    mistakes = [
+        Mistake("something else", "not this one", torch.tensor([9.0, 9.0])),
+        Mistake("swapped entries", "swap them back", wrong),
+    ]
+    with pytest.raises(
+        CheckError, match=r'known mistake "swapped entries": swap them back'
+    ) as info:
+        _expect(wrong.clone(), expected, mistakes=mistakes)
+    assert info.value.mistake == "swapped entries"
+
+
+def test_a_mistake_with_its_own_tolerance_is_recognized_by_size() -> None:
+    expected = torch.tensor([1.0, 2.0])
+    near = Mistake("rounded", "keep the digits", expected, atol=0.1, rtol=0.0)
+    with pytest.raises(CheckError) as info:
+        _expect(expected + 0.05, expected, mistakes=[near])
+    assert info.value.mistake == "rounded"
+    with pytest.raises(CheckError) as info:
+        _expect(expected + 0.5, expected, mistakes=[near])
+    assert info.value.mistake is None
+
+
+def test_describe_inputs_shows_tensors_by_shape_and_dtype() -> None:
+    text = describe_inputs({"x": torch.zeros(2, 3, dtype=torch.bfloat16), "dim": -1})
+    assert text == "x=(2, 3) bfloat16, dim=-1"
+    assert describe_inputs({"f": len}) == "f=len"
+    assert describe_inputs({}) == "(no inputs)"
+
+
+# ---- calling the learner's function -------------------------------------------------
+
+
+@checker
+def check_double(double) -> object:  # a tiny checker built on the core
+    for n in (1, 2):
+        x = torch.arange(3.0) + n
+        yield Case("doubles every entry", {"x": x, "n": n}, 2 * x)
+
+
+def test_a_checker_returns_true_when_every_case_passes() -> None:
+    assert check_double(lambda x, n: 2 * x) is True
+
+
+def test_the_learners_function_is_called_positionally() -> None:
+    def other_names(values, _unused, /):
+        return values * 2
+
+    assert check_double(other_names) is True
+
+
+def test_the_learner_gets_copies_so_in_place_answers_pass() -> None:
+    def in_place(x, n):
+        return x.mul_(2)
+
+    assert check_double(in_place) is True
+
+    def scaled_in_place(query, key, value):
+        query /= query.shape[-1] ** 0.5  # once called "missing 1/sqrt(d_k)"
+        return torch.softmax(query @ key.mT, dim=-1) @ value
+
+    assert checks.check_attention(scaled_in_place)
+
+
+def stub_raises(x, n):
+    raise NotImplementedError
+
+
+def stub_pass(x, n):
+    pass
+
+
+def stub_ellipsis(x, n):
+    """Double x."""
+    ...
+
+
+@pytest.mark.parametrize("stub", [stub_raises, stub_pass, stub_ellipsis])
+def test_a_stub_is_not_attempted_yet(stub, capsys) -> None:
+    assert check_double(stub) is False
+    out = capsys.readouterr().out
+    assert out == (
+        "check_double: not attempted yet - write your function above, then run this "
+        "cell again.\n"
+    )
+
+
+def test_every_chapter_checker_reports_a_stub_without_raising(capsys) -> None:
+    def stub(*args):
+        raise NotImplementedError
+
+    for name in checks.__all__:
+        if name.startswith("check_"):
+            fns = (stub, stub) if name == "check_residual_blocks" else (stub,)
+            assert getattr(checks, name)(*fns) is False
+            assert f"{name}: not attempted yet" in capsys.readouterr().out
+
+
+def test_a_body_that_forgets_return_is_a_check_error() -> None:
+    def forgot(x, n):
+        y = 2 * x  # noqa: F841
+
+    with pytest.raises(
+        CheckError, match=r"returned None: end it with a return statement"
+    ):
+        check_double(forgot)
+
+
+def test_not_implemented_inside_a_library_is_a_crash_not_a_stub() -> None:
+    namespace: dict[str, object] = {}
+    code = "def op(x):\n    raise NotImplementedError('no kernel for this dtype')\n"
+    exec(compile(code, "/env/lib/site-packages/fakelib/ops.py", "exec"), namespace)
+    op = namespace["op"]
+
+    with pytest.raises(
+        CheckError, match=r"NotImplementedError inside a library: no kernel"
+    ):
+        check_double(lambda x, n: op(x))  # type: ignore[operator]
+
+
+def test_a_crash_shows_the_positional_call() -> None:
+    def crashes(x, n):
+        raise RuntimeError("boom")
+
+    with pytest.raises(CheckError) as info:
+        check_double(crashes)
+    assert info.value.prop == "runs without error"
+    assert (
+        "crashes(x, n) (positional arguments, in this order) raised RuntimeError: boom"
+        in (str(info.value))
+    )
+
+
+def test_wrong_arity_is_a_crash_with_the_expected_call() -> None:
+    with pytest.raises(CheckError, match=r"<lambda>\(x, n\) .*TypeError"):
+        check_double(lambda x: 2 * x)
+
+
+def test_a_tuple_answer_is_compared_part_by_part() -> None:
+    @checker
+    def check_pair(fn):
+        x = torch.arange(3.0)
+        wrong = Mistake("negated second", "no minus", (None, -x))
+        yield Case("pair", {"x": x}, (x, x), [wrong], parts=("a", "b"))
+
+    assert check_pair(lambda x: (x, x))
+    assert check_pair(lambda x: [x.numpy(), x.tolist()])
+    with pytest.raises(CheckError, match=r"Return a pair \(a, b\)"):
+        check_pair(lambda x: x)
+    with pytest.raises(CheckError) as info:
+        check_pair(lambda x: (x, -x))
+    assert info.value.mistake == "negated second" and info.value.prop == "pair (b)"
+
+
+# ---- the bad-input contract -----------------------------------------------------------
+
+
+def _fn(*args):
+    return None
+
+
+BAD_INPUTS = [
+    ("CheckError", lambda: CheckError(), TypeError, r"missing .* required positional"),
+    ("check_softmax", lambda: checks.check_softmax(3), TypeError,
+     r"softmax must be callable, got 3"),
+    ("check_sinusoidal_encoding", lambda: checks.check_sinusoidal_encoding(None), TypeError,
+     r"fn must be callable, got None"),
+    ("check_wavelengths", lambda: checks.check_wavelengths("f"), TypeError,
+     r"fn must be callable, got 'f'"),
+    ("check_shift_matrix", lambda: checks.check_shift_matrix(torch.eye(2)), TypeError,
+     r"fn must be callable, got a tensor"),
+    ("check_dot_product_curve", lambda: checks.check_dot_product_curve(1.5), TypeError,
+     r"fn must be callable, got 1.5"),
+    ("check_shift_recurrence", lambda: checks.check_shift_recurrence([]), TypeError,
+     r"fn must be callable, got a list"),
+    ("check_normalized_positions", lambda: checks.check_normalized_positions(0), TypeError,
+     r"fn must be callable, got 0"),
+    ("check_rope_frequencies", lambda: checks.check_rope_frequencies(None), TypeError,
+     r"rope_frequencies must be callable, got None"),
+    ("check_apply_rope", lambda: checks.check_apply_rope(None), TypeError,
+     r"apply_rope must be callable, got None"),
+    ("check_apply_rope", lambda: checks.check_apply_rope(_fn, layout="neox"), ValueError,
+     r"layout must be one of 'half', 'interleaved', got 'neox'"),
+    ("check_apply_rope", lambda: checks.check_apply_rope(_fn, layout=1), TypeError,
+     r"layout must be one of .*, got 1"),
+    ("check_rope_attention", lambda: checks.check_rope_attention(2), TypeError,
+     r"rope_attention must be callable, got 2"),
+    ("check_rope_weight_permutation", lambda: checks.check_rope_weight_permutation(2),
+     TypeError, r"convert must be callable, got 2"),
+    ("check_rope_cos_sin", lambda: checks.check_rope_cos_sin((1, 2)), TypeError,
+     r"rope_cos_sin must be callable, got a tuple"),
+    ("check_alibi_slopes", lambda: checks.check_alibi_slopes([0.5]), TypeError,
+     r"alibi_slopes must be callable, got a list"),
+    ("check_ntk_aware_base", lambda: checks.check_ntk_aware_base(10000.0), TypeError,
+     r"ntk_aware_base must be callable, got 10000.0"),
+    ("check_yarn_ramp", lambda: checks.check_yarn_ramp(None), TypeError,
+     r"yarn_ramp must be callable, got None"),
+    ("check_llama3_frequencies", lambda: checks.check_llama3_frequencies(None), TypeError,
+     r"llama3_frequencies must be callable, got None"),
+    ("check_attention", lambda: checks.check_attention(None), TypeError,
+     r"attention must be callable, got None"),
+    ("check_masked_attention", lambda: checks.check_masked_attention(None), TypeError,
+     r"attention must be callable, got None"),
+    ("check_causal_mask", lambda: checks.check_causal_mask(None), TypeError,
+     r"causal_mask must be callable, got None"),
+    ("check_split_heads", lambda: checks.check_split_heads(None), TypeError,
+     r"split_heads must be callable, got None"),
+    ("check_tiled_attention", lambda: checks.check_tiled_attention(None), TypeError,
+     r"tiled_attention must be callable, got None"),
+    ("check_layer_norm", lambda: checks.check_layer_norm(None), TypeError,
+     r"layer_norm must be callable, got None"),
+    ("check_rms_norm", lambda: checks.check_rms_norm(None), TypeError,
+     r"rms_norm must be callable, got None"),
+    ("check_batch_norm", lambda: checks.check_batch_norm(None), TypeError,
+     r"batch_norm must be callable, got None"),
+    ("check_variance", lambda: checks.check_variance(None), TypeError,
+     r"variance must be callable, got None"),
+    ("check_residual_blocks", lambda: checks.check_residual_blocks(None, _fn), TypeError,
+     r"pre_ln must be callable, got None"),
+    ("check_residual_blocks", lambda: checks.check_residual_blocks(_fn, 3), TypeError,
+     r"post_ln must be callable, got 3"),
+    ("check_residual_blocks", lambda: checks.check_residual_blocks(_fn), TypeError,
+     r"missing a required argument: 'post_ln'"),
+    ("check_lag_targets", lambda: checks.check_lag_targets(None), TypeError,
+     r"lag_targets must be callable, got None"),
+    ("check_masked_accuracy", lambda: checks.check_masked_accuracy(None), TypeError,
+     r"masked_accuracy must be callable, got None"),
+    ("check_absolute_targets", lambda: checks.check_absolute_targets(None), TypeError,
+     r"absolute_targets must be callable, got None"),
+    # the core, for checker authors
+    ("Mistake", lambda: Mistake(3, "why", torch.zeros(1)), TypeError,
+     r"name must be a str, got 3"),
+    ("Mistake", lambda: Mistake("m", "why", torch.zeros(1), atol=-1.0), ValueError,
+     r"atol must be a real number >= 0, got -1.0"),
+    ("Case", lambda: Case("p", [1, 2], torch.zeros(1)), TypeError,
+     r"inputs must be a dict of argument names to values, got a list"),
+    ("checker", lambda: checker(None), TypeError, r"body must be callable, got None"),
+    ("describe_inputs", lambda: describe_inputs([1]), TypeError,
+     r"inputs must be a mapping of argument names to values, got a list"),
+    ("expect_close", lambda: expect_close(1, [1.0], check="c", prop="p", inputs={}),
+     TypeError, r"expected must be a torch.Tensor, got a list"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "thunk", "error", "match"),
+    BAD_INPUTS,
+    ids=[f"{case[0]}-{i}" for i, case in enumerate(BAD_INPUTS)],
+)
+def test_bad_input_raises_a_named_error(name, thunk, error, match) -> None:
+    with pytest.raises(error, match=match):
+        thunk()
+
+
+def test_every_public_name_has_bad_input_cases() -> None:
+    covered = {case[0] for case in BAD_INPUTS}
+    assert set(checks.__all__) <= covered, set(checks.__all__) - covered
+    assert {"Case", "Mistake", "checker", "describe_inputs", "expect_close"} <= covered
+
+
+def test_every_checker_is_in_a_chapter_module_and_re_exported() -> None:
+    from companion.checks import (
+        attention,
+        environment,
+        extension,
+        model,
+        norm,
+        positional,
+        rope,
+    )
+
+    chapters = [environment, positional, rope, extension, attention, norm, model]
+    by_module = [name for module in chapters for name in module.__all__]
+    assert sorted(by_module) == sorted(
+        n for n in checks.__all__ if n.startswith("check_")
+    )
+    for module in chapters:
+        for name in module.__all__:
+            assert getattr(checks, name) is getattr(module, name)
