@@ -34,7 +34,8 @@ import math
 
 import torch
 
-from companion.rope import rope_frequencies
+from companion import _validate
+from companion.positional import _frequencies
 
 __all__ = [
     "alibi_bias",
@@ -52,50 +53,6 @@ __all__ = [
 ]
 
 
-# ---- validation helpers -------------------------------------------------------------------------
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _check_head_dim(head_dim: object, *, minimum: int = 2) -> int:
-    _check_int("head_dim", head_dim, minimum=minimum)
-    assert isinstance(head_dim, int)
-    if head_dim % 2:
-        raise ValueError(f"head_dim must be even (RoPE rotates pairs), got {head_dim}")
-    return head_dim
-
-
-def _check_real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    return float(value)
-
-
-def _check_base(base: object) -> float:
-    b = _check_real("base", base)
-    if b <= 1.0:
-        raise ValueError(f"base must be > 1, got {base}")
-    return b
-
-
-def _check_factor(factor: object) -> float:
-    s = _check_real("factor", factor)
-    if s < 1.0:
-        raise ValueError(
-            f"factor must be >= 1 (the ratio of the new context length to the training length), "
-            f"got {factor}"
-        )
-    return s
-
-
 # ---- RoPE scaling ---------------------------------------------------------------------------------
 
 
@@ -107,7 +64,8 @@ def rope_wavelengths(frequencies: torch.Tensor) -> torch.Tensor:
     during training.
 
     Args:
-        frequencies: inverse frequencies :math:`\theta_i` (radians per token), all positive.
+        frequencies: inverse frequencies :math:`\theta_i` (radians per token), a
+            floating-point tensor, all positive.
 
     Returns:
         The wavelengths, same shape, dtype and device as ``frequencies``.
@@ -116,10 +74,12 @@ def rope_wavelengths(frequencies: torch.Tensor) -> torch.Tensor:
         - frequencies: ``(..., D/2)``
         - output: ``(..., D/2)``
     """
-    if not isinstance(frequencies, torch.Tensor):
-        raise TypeError(f"frequencies must be a torch.Tensor, got {type(frequencies).__name__}")
-    if not bool((frequencies > 0).all()):
-        raise ValueError("frequencies must all be positive")
+    frequencies = _validate.tensor("frequencies", frequencies)
+    if not bool((frequencies > 0).all()):  # NaN is not positive either
+        raise ValueError(
+            f"frequencies must all be positive, got values down to "
+            f"{frequencies.min().item():g} (a tensor of shape {tuple(frequencies.shape)})"
+        )
     return 2 * math.pi / frequencies
 
 
@@ -143,10 +103,10 @@ def linear_scaling_frequencies(
     Shape:
         - output: ``(D/2,)``
     """
-    _check_head_dim(head_dim)
-    b = _check_base(base)
-    s = _check_factor(factor)
-    return rope_frequencies(head_dim, base=b) / s
+    d = _validate.positive_int("head_dim", head_dim, even=True)
+    b = _validate.real("base", base, exclusive_minimum=1.0)
+    s = _validate.real("factor", factor, minimum=1.0)
+    return _frequencies(d, b) / s
 
 
 def ntk_aware_base(base: float, factor: float, head_dim: int) -> float:
@@ -165,13 +125,15 @@ def ntk_aware_base(base: float, factor: float, head_dim: int) -> float:
     Returns:
         The new base, a Python float.
     """
-    b = _check_base(base)
-    s = _check_factor(factor)
-    d = _check_head_dim(head_dim, minimum=4)
+    b = _validate.real("base", base, exclusive_minimum=1.0)
+    s = _validate.real("factor", factor, minimum=1.0)
+    d = _validate.integer("head_dim", head_dim, minimum=4, even=True)
     return b * s ** (d / (d - 2))
 
 
-def ntk_scaling_frequencies(head_dim: int, *, base: float = 10000.0, factor: float) -> torch.Tensor:
+def ntk_scaling_frequencies(
+    head_dim: int, *, base: float = 10000.0, factor: float
+) -> torch.Tensor:
     r"""NTK-aware scaling: RoPE frequencies with the base :func:`ntk_aware_base`.
 
     :math:`\theta'_i = (b\,s^{D/(D-2)})^{-2i/D} = \theta_i\, s^{-2i/(D-2)}`: the ratio
@@ -188,7 +150,8 @@ def ntk_scaling_frequencies(head_dim: int, *, base: float = 10000.0, factor: flo
     Shape:
         - output: ``(D/2,)``
     """
-    return rope_frequencies(head_dim, base=ntk_aware_base(base, factor, head_dim))
+    b = ntk_aware_base(base, factor, head_dim)  # validates all three
+    return _frequencies(int(head_dim), b)
 
 
 def dynamic_ntk_frequencies(
@@ -215,7 +178,8 @@ def dynamic_ntk_frequencies(
         base: the RoPE base :math:`b`.
         factor: the scale :math:`s \ge 1`.
         original_max_position_embeddings: the training length :math:`L_0`.
-        seq_len: the current sequence length (positions ``0 .. seq_len - 1``).
+        seq_len: the current sequence length (positions ``0 .. seq_len - 1``); ``0`` (an
+            empty sequence) gives the original frequencies.
 
     Returns:
         Scaled inverse frequencies, float64 on the CPU.
@@ -223,12 +187,16 @@ def dynamic_ntk_frequencies(
     Shape:
         - output: ``(D/2,)``
     """
-    s = _check_factor(factor)
-    n0 = _check_int("original_max_position_embeddings", original_max_position_embeddings, minimum=1)
-    n = _check_int("seq_len", seq_len, minimum=1)
+    d = _validate.integer("head_dim", head_dim, minimum=4, even=True)
+    b = _validate.real("base", base, exclusive_minimum=1.0)
+    s = _validate.real("factor", factor, minimum=1.0)
+    n0 = _validate.positive_int(
+        "original_max_position_embeddings", original_max_position_embeddings
+    )
+    n = _validate.nonnegative_int("seq_len", seq_len)
     n = max(n, n0)  # below the training length: the original frequencies
     effective = s * n / n0 - (s - 1)
-    return rope_frequencies(head_dim, base=ntk_aware_base(base, effective, head_dim))
+    return _frequencies(d, ntk_aware_base(b, effective, d))
 
 
 def yarn_correction_range(
@@ -262,17 +230,18 @@ def yarn_correction_range(
     Returns:
         ``(low, high)`` as floats.
     """
-    d = _check_head_dim(head_dim)
-    b = _check_base(base)
-    n0 = _check_int("original_max_position_embeddings", original_max_position_embeddings, minimum=1)
-    fast = _check_real("beta_fast", beta_fast)
-    slow = _check_real("beta_slow", beta_slow)
-    if slow <= 0:
-        raise ValueError(f"beta_slow must be > 0, got {beta_slow}")
+    d = _validate.positive_int("head_dim", head_dim, even=True)
+    b = _validate.real("base", base, exclusive_minimum=1.0)
+    n0 = _validate.positive_int(
+        "original_max_position_embeddings", original_max_position_embeddings
+    )
+    fast = _validate.positive_real("beta_fast", beta_fast)
+    slow = _validate.positive_real("beta_slow", beta_slow)
     if fast < slow:
-        raise ValueError(f"beta_fast must be >= beta_slow, got beta_fast={fast}, beta_slow={slow}")
-    if not isinstance(truncate, bool):
-        raise TypeError(f"truncate must be a bool, got {type(truncate).__name__}")
+        raise ValueError(
+            f"beta_fast must be >= beta_slow, got beta_fast={fast:g}, beta_slow={slow:g}"
+        )
+    truncate = _validate.flag("truncate", truncate)
 
     def index(rotations: float) -> float:
         return d * math.log(n0 / (rotations * 2 * math.pi)) / (2 * math.log(b))
@@ -323,7 +292,7 @@ def yarn_ramp(
     )
     if low == high:
         high += 0.001  # avoid 0 / 0
-    i = torch.arange(head_dim // 2, dtype=torch.float64)
+    i = torch.arange(int(head_dim) // 2, dtype=torch.float64)  # pair index
     return ((i - low) / (high - low)).clamp(0.0, 1.0)
 
 
@@ -340,9 +309,7 @@ def yarn_attention_factor(factor: float) -> float:
     Returns:
         The factor, a Python float.
     """
-    s = _check_real("factor", factor)
-    if s <= 0:
-        raise ValueError(f"factor must be > 0, got {factor}")
+    s = _validate.positive_real("factor", factor)
     return 1.0 if s <= 1 else 0.1 * math.log(s) + 1.0
 
 
@@ -382,9 +349,13 @@ def yarn_frequencies(
     Shape:
         - inv_freq: ``(D/2,)``
     """
-    _check_head_dim(head_dim)
-    s = _check_factor(factor)
-    ramp = yarn_ramp(
+    d = _validate.positive_int("head_dim", head_dim, even=True)
+    b = _validate.real("base", base, exclusive_minimum=1.0)
+    s = _validate.real("factor", factor, minimum=1.0)
+    mscale = _validate.optional(
+        _validate.positive_real, "attention_factor", attention_factor
+    )
+    ramp = yarn_ramp(  # validates the training length, the betas and truncate
         head_dim,
         base=base,
         original_max_position_embeddings=original_max_position_embeddings,
@@ -392,13 +363,9 @@ def yarn_frequencies(
         beta_slow=beta_slow,
         truncate=truncate,
     )
-    if attention_factor is None:
+    if mscale is None:
         mscale = yarn_attention_factor(s)
-    else:
-        mscale = _check_real("attention_factor", attention_factor)
-        if mscale <= 0:
-            raise ValueError(f"attention_factor must be > 0, got {attention_factor}")
-    theta = rope_frequencies(head_dim, base=base)
+    theta = _frequencies(d, b)
     return theta * ((1 - ramp) + ramp / s), mscale
 
 
@@ -438,20 +405,20 @@ def llama3_frequencies(
     Shape:
         - output: ``(D/2,)``
     """
-    _check_head_dim(head_dim)
-    b = _check_base(base)
-    s = _check_factor(factor)
-    lo = _check_real("low_freq_factor", low_freq_factor)
-    hi = _check_real("high_freq_factor", high_freq_factor)
-    n0 = _check_int("original_max_position_embeddings", original_max_position_embeddings, minimum=1)
-    if lo <= 0:
-        raise ValueError(f"low_freq_factor must be > 0, got {low_freq_factor}")
+    d = _validate.positive_int("head_dim", head_dim, even=True)
+    b = _validate.real("base", base, exclusive_minimum=1.0)
+    s = _validate.real("factor", factor, minimum=1.0)
+    lo = _validate.positive_real("low_freq_factor", low_freq_factor)
+    hi = _validate.positive_real("high_freq_factor", high_freq_factor)
+    n0 = _validate.positive_int(
+        "original_max_position_embeddings", original_max_position_embeddings
+    )
     if hi <= lo:
         raise ValueError(
-            f"high_freq_factor must be > low_freq_factor, got high_freq_factor={hi}, "
-            f"low_freq_factor={lo}"
+            f"high_freq_factor must be > low_freq_factor, got high_freq_factor={hi:g}, "
+            f"low_freq_factor={lo:g}"
         )
-    theta = rope_frequencies(head_dim, base=b)
+    theta = _frequencies(d, b)
     wavelength = 2 * math.pi / theta
     mu = ((n0 / wavelength - lo) / (hi - lo)).clamp(0.0, 1.0)  # 0 = scaled, 1 = kept
     scaled = (1 - mu) * theta / s + mu * theta
@@ -465,7 +432,9 @@ def llama3_frequencies(
 
 def _alibi_slopes_float(num_heads: int) -> list[float]:
     """Press et al.'s rule, as exact floats (powers of two with fractional exponents)."""
-    if num_heads & (num_heads - 1) == 0:  # a power of two: 2^(-8/n), 2^(-16/n), ..., 2^-8
+    if (
+        num_heads & (num_heads - 1) == 0
+    ):  # a power of two: 2^(-8/n), 2^(-16/n), ..., 2^-8
         return [2.0 ** (-8.0 * k / num_heads) for k in range(1, num_heads + 1)]
     closest = 2 ** math.floor(math.log2(num_heads))
     # every other slope of the 2*closest sequence fills the rest: interleaved between the first
@@ -474,7 +443,10 @@ def _alibi_slopes_float(num_heads: int) -> list[float]:
 
 
 def alibi_slopes(
-    num_heads: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+    num_heads: int,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     r"""ALiBi head slopes :math:`m_h` (Press et al., 2022).
 
@@ -483,11 +455,12 @@ def alibi_slopes(
     with :math:`c` the largest power of two below :math:`n`: the :math:`c` slopes for :math:`c`
     heads, then the first :math:`n - c` of the *odd-numbered* slopes for :math:`2c` heads
     (:math:`2^{-4/c}, 2^{-12/c}, \dots`), which fall between the first ones. This is the rule of
-    the reference implementation and of BLOOM (HF transformers' ``_get_alibi_slopes``).
+    the reference implementation and of BLOOM (HF transformers' ``build_alibi_tensor``).
 
     Args:
         num_heads: the number of heads ``H`` (positive).
-        dtype: output dtype (the slopes are computed in float64 and cast).
+        dtype: a floating-point output dtype (the slopes are computed in float64 and cast;
+            an integer dtype would round every slope, all below 1, to 0).
         device: output device.
 
     Returns:
@@ -496,10 +469,11 @@ def alibi_slopes(
     Shape:
         - output: ``(H,)``
     """
-    _check_int("num_heads", num_heads, minimum=1)
-    return torch.tensor(_alibi_slopes_float(num_heads), dtype=torch.float64).to(
-        device=device, dtype=dtype
-    )
+    num_heads = _validate.positive_int("num_heads", num_heads)
+    dtype = _validate.dtype("dtype", dtype)
+    device = _validate.device("device", device)
+    slopes = torch.tensor(_alibi_slopes_float(num_heads), dtype=torch.float64)
+    return slopes.to(device=device, dtype=dtype)
 
 
 def alibi_bias(
@@ -523,10 +497,10 @@ def alibi_bias(
 
     Args:
         num_heads: the number of heads ``H``.
-        query_length: ``L``, at least 1.
+        query_length: ``L``, at least 0 (``0`` gives an empty ``(H, 0, S)`` bias).
         key_length: ``S``, at least ``L``.
         is_causal: mask keys after the query with :math:`-\infty`.
-        dtype: output dtype (a floating dtype).
+        dtype: a floating-point output dtype.
         device: output device.
 
     Returns:
@@ -535,18 +509,17 @@ def alibi_bias(
     Shape:
         - output: ``(H, L, S)``; broadcasts against scores ``(B, H, L, S)``.
     """
-    _check_int("num_heads", num_heads, minimum=1)
-    _check_int("query_length", query_length, minimum=1)
-    _check_int("key_length", key_length, minimum=1)
+    num_heads = _validate.positive_int("num_heads", num_heads)
+    query_length = _validate.nonnegative_int("query_length", query_length)
+    key_length = _validate.nonnegative_int("key_length", key_length)
     if key_length < query_length:
         raise ValueError(
-            f"key_length must be >= query_length, got key_length={key_length}, "
-            f"query_length={query_length}"
+            f"key_length must be >= query_length (queries are the last L of the S keys), "
+            f"got key_length={key_length}, query_length={query_length}"
         )
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
-    if not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    is_causal = _validate.flag("is_causal", is_causal)
+    dtype = _validate.dtype("dtype", dtype)
+    device = _validate.device("device", device)
     slopes = alibi_slopes(num_heads, dtype=torch.float64, device=device)  # (H,)
     i = torch.arange(query_length, device=device) + (key_length - query_length)  # (L,)
     j = torch.arange(key_length, device=device)  # (S,)

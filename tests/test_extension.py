@@ -299,16 +299,14 @@ def test_alibi_published_constants(num_heads: int) -> None:
 
 @pytest.mark.parametrize("num_heads", [1, 2, 3, 5, 6, 7, 8, 12, 16, 20, 24, 32, 40, 64, 71, 96])
 def test_alibi_slopes_match_reference_and_bloom(num_heads: int) -> None:
-    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+    """Against the paper's rule and BLOOM's public ``build_alibi_tensor``: for one sequence of
+    n tokens it is ``slope_h * j`` at key j, so key 1 holds the slopes themselves."""
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
     got = alibi_slopes(num_heads, dtype=torch.float64)
     torch.testing.assert_close(got, torch.tensor(reference_slopes(num_heads), dtype=torch.float64))
-    torch.testing.assert_close(
-        alibi_slopes(num_heads),
-        _get_alibi_slopes(num_heads, torch.device("cpu")),
-        rtol=1e-6,
-        atol=0,
-    )
+    bloom = build_alibi_tensor(torch.ones(1, 3), num_heads, torch.float32)  # (H, 1, 3)
+    torch.testing.assert_close(alibi_slopes(num_heads), bloom[:, 0, 1], rtol=1e-6, atol=0)
 
 
 def test_alibi_bias_matches_bloom_after_softmax() -> None:
@@ -439,129 +437,210 @@ def test_alibi_bias_is_relative(h: int, q: int, extra: int) -> None:
     assert bool((bias[..., -1][:, -1] == 0).all())  # the newest query sees itself with bias 0
 
 
-# ---- validation table -----------------------------------------------------------------------------
+# ---- validation table -----------------------------------------------------------------
 
-BAD = [
-    (linear_scaling_frequencies, (64,), {"factor": 0.5}, ValueError, "factor must be >= 1"),
-    (linear_scaling_frequencies, (63,), {"factor": 2.0}, ValueError, "head_dim must be even"),
-    (linear_scaling_frequencies, (64.0,), {"factor": 2.0}, TypeError, "head_dim must be an int"),
-    (
-        linear_scaling_frequencies,
-        (64,),
-        {"factor": 2.0, "base": 1.0},
-        ValueError,
-        "base must be > 1",
-    ),
-    (linear_scaling_frequencies, (64,), {"factor": "2"}, TypeError, "factor must be a real number"),
-    (linear_scaling_frequencies, (64,), {"factor": math.inf}, ValueError, "factor must be finite"),
-    (ntk_aware_base, (10000.0, 0.9, 64), {}, ValueError, "factor must be >= 1"),
-    (ntk_aware_base, (10000.0, 2.0, 2), {}, ValueError, "head_dim must be >= 4"),
-    (ntk_scaling_frequencies, (64,), {"factor": 0.0}, ValueError, "factor must be >= 1"),
-    (
-        dynamic_ntk_frequencies,
-        (64,),
-        {"factor": 2.0, "original_max_position_embeddings": 0, "seq_len": 10},
-        ValueError,
-        "original_max_position_embeddings must be >= 1",
-    ),
-    (
-        dynamic_ntk_frequencies,
-        (64,),
-        {"factor": 2.0, "original_max_position_embeddings": 10, "seq_len": 0},
-        ValueError,
-        "seq_len must be >= 1",
-    ),
-    (
-        dynamic_ntk_frequencies,
-        (64,),
-        {"factor": 2.0, "original_max_position_embeddings": 10, "seq_len": 2.5},
-        TypeError,
-        "seq_len must be an int",
-    ),
-    (
-        yarn_frequencies,
-        (64,),
-        {
-            "factor": 4.0,
-            "original_max_position_embeddings": 512,
-            "beta_fast": 1.0,
-            "beta_slow": 32.0,
-        },
-        ValueError,
-        "beta_fast must be >= beta_slow",
-    ),
-    (
-        yarn_frequencies,
-        (64,),
-        {"factor": 4.0, "original_max_position_embeddings": 512, "beta_slow": 0.0},
-        ValueError,
-        "beta_slow must be > 0",
-    ),
-    (
-        yarn_frequencies,
-        (64,),
-        {"factor": 0.5, "original_max_position_embeddings": 512},
-        ValueError,
-        "factor must be >= 1",
-    ),
-    (
-        yarn_frequencies,
-        (64,),
-        {"factor": 2.0, "original_max_position_embeddings": 512, "attention_factor": -1.0},
-        ValueError,
-        "attention_factor must be > 0",
-    ),
-    (
-        yarn_ramp,
-        (64,),
-        {"original_max_position_embeddings": 512, "truncate": 1},
-        TypeError,
-        "truncate must be a bool",
-    ),
-    (yarn_attention_factor, (0.0,), {}, ValueError, "factor must be > 0"),
-    (llama3_frequencies, (128,), {"factor": 0.5}, ValueError, "factor must be >= 1"),
-    (
-        llama3_frequencies,
-        (128,),
-        {"low_freq_factor": 4.0, "high_freq_factor": 1.0},
-        ValueError,
-        "high_freq_factor must be > low_freq_factor",
-    ),
-    (
-        llama3_frequencies,
-        (128,),
-        {"low_freq_factor": 0.0},
-        ValueError,
-        "low_freq_factor must be > 0",
-    ),
-    (alibi_slopes, (0,), {}, ValueError, "num_heads must be >= 1"),
-    (alibi_slopes, (-4,), {}, ValueError, "num_heads must be >= 1"),
-    (alibi_slopes, (8.0,), {}, TypeError, "num_heads must be an int"),
-    (alibi_slopes, (True,), {}, TypeError, "num_heads must be an int"),
-    (alibi_bias, (0, 4, 4), {}, ValueError, "num_heads must be >= 1"),
-    (alibi_bias, (4, 5, 4), {}, ValueError, "key_length must be >= query_length"),
-    (alibi_bias, (4, 0, 4), {}, ValueError, "query_length must be >= 1"),
-    (alibi_bias, (4, 4, 4), {"dtype": torch.int64}, TypeError, "dtype must be a floating dtype"),
-    (alibi_bias, (4, 4, 4), {"is_causal": None}, TypeError, "is_causal must be a bool"),
-    (
-        rope_wavelengths,
-        (torch.tensor([1.0, 0.0]),),
-        {},
-        ValueError,
-        "frequencies must all be positive",
-    ),
-    (rope_wavelengths, ([1.0],), {}, TypeError, "frequencies must be a torch.Tensor"),
-]
+N0 = {"original_max_position_embeddings": 512}
+
+# (public name, call, exception, message): the bad-input contract, also run by
+# tests/test_contract.py for every name in companion.extension.__all__
+BAD_INPUTS = [
+    ("linear_scaling_frequencies", lambda: linear_scaling_frequencies(64, factor=0.5),
+     ValueError, r"factor must be a real number >= 1, got 0.5"),
+    ("linear_scaling_frequencies", lambda: linear_scaling_frequencies(63, factor=2.0),
+     ValueError, r"head_dim must be an even int, got 63"),
+    ("linear_scaling_frequencies", lambda: linear_scaling_frequencies(64.0, factor=2.0),
+     TypeError, r"head_dim must be an even int, got 64.0"),
+    ("linear_scaling_frequencies",
+     lambda: linear_scaling_frequencies(64, factor=2.0, base=1.0), ValueError,
+     r"base must be a real number > 1, got 1.0"),
+    ("linear_scaling_frequencies", lambda: linear_scaling_frequencies(64, factor="2"),
+     TypeError, r"factor must be a real number, got '2'"),
+    ("linear_scaling_frequencies", lambda: linear_scaling_frequencies(64, factor=2 + 0j),
+     TypeError, r"factor must be a real number, got \(2\+0j\)"),
+    ("linear_scaling_frequencies", lambda: linear_scaling_frequencies(64, factor=math.inf),
+     ValueError, r"factor must be a finite real number, got inf"),
+    ("ntk_aware_base", lambda: ntk_aware_base(10000.0, 0.9, 64), ValueError,
+     r"factor must be a real number >= 1, got 0.9"),
+    ("ntk_aware_base", lambda: ntk_aware_base(10000.0, 2.0, 2), ValueError,
+     r"head_dim must be an even int >= 4, got 2"),
+    ("ntk_aware_base", lambda: ntk_aware_base(None, 2.0, 64), TypeError,
+     r"base must be a real number, got None"),
+    ("ntk_scaling_frequencies", lambda: ntk_scaling_frequencies(64, factor=0.0), ValueError,
+     r"factor must be a real number >= 1, got 0.0"),
+    ("ntk_scaling_frequencies", lambda: ntk_scaling_frequencies(True, factor=2.0), TypeError,
+     r"head_dim must be an even int, got True"),
+    ("dynamic_ntk_frequencies",
+     lambda: dynamic_ntk_frequencies(
+         64, factor=2.0, original_max_position_embeddings=0, seq_len=10), ValueError,
+     r"original_max_position_embeddings must be a positive int, got 0"),
+    ("dynamic_ntk_frequencies",
+     lambda: dynamic_ntk_frequencies(
+         64, factor=2.0, original_max_position_embeddings=10, seq_len=-1), ValueError,
+     r"seq_len must be an int >= 0, got -1"),
+    ("dynamic_ntk_frequencies",
+     lambda: dynamic_ntk_frequencies(
+         64, factor=2.0, original_max_position_embeddings=10, seq_len=2.5), TypeError,
+     r"seq_len must be an int, got 2.5"),
+    ("dynamic_ntk_frequencies",
+     lambda: dynamic_ntk_frequencies(
+         2, factor=2.0, original_max_position_embeddings=10, seq_len=5), ValueError,
+     r"head_dim must be an even int >= 4, got 2"),
+    ("yarn_correction_range",
+     lambda: yarn_correction_range(64, beta_fast=1.0, beta_slow=32.0, **N0), ValueError,
+     r"beta_fast must be >= beta_slow, got beta_fast=1, beta_slow=32"),
+    ("yarn_correction_range", lambda: yarn_correction_range(64, beta_slow=0.0, **N0),
+     ValueError, r"beta_slow must be a real number > 0, got 0.0"),
+    ("yarn_correction_range",
+     lambda: yarn_correction_range(64, original_max_position_embeddings=512.0), TypeError,
+     r"original_max_position_embeddings must be an int, got 512.0"),
+    ("yarn_correction_range", lambda: yarn_correction_range(64, truncate="no", **N0),
+     TypeError, r"truncate must be a bool, got 'no'"),
+    ("yarn_frequencies", lambda: yarn_frequencies(64, factor=4.0, beta_slow=0.0, **N0),
+     ValueError, r"beta_slow must be a real number > 0, got 0.0"),
+    ("yarn_frequencies", lambda: yarn_frequencies(64, factor=0.5, **N0), ValueError,
+     r"factor must be a real number >= 1, got 0.5"),
+    ("yarn_frequencies",
+     lambda: yarn_frequencies(64, factor=2.0, attention_factor=-1.0, **N0), ValueError,
+     r"attention_factor must be a real number > 0, got -1.0"),
+    ("yarn_frequencies", lambda: yarn_frequencies(64, factor=2.0, base=0.5, **N0),
+     ValueError, r"base must be a real number > 1, got 0.5"),
+    ("yarn_ramp", lambda: yarn_ramp(64, truncate=1, **N0), TypeError,
+     r"truncate must be a bool, got 1"),
+    ("yarn_ramp", lambda: yarn_ramp(0, **N0), ValueError,
+     r"head_dim must be a positive even int, got 0"),
+    ("yarn_attention_factor", lambda: yarn_attention_factor(0.0), ValueError,
+     r"factor must be a real number > 0, got 0.0"),
+    ("yarn_attention_factor", lambda: yarn_attention_factor(torch.tensor([2.0])), TypeError,
+     r"factor must be a real number, got a tensor of dtype torch.float32"),
+    ("llama3_frequencies", lambda: llama3_frequencies(128, factor=0.5), ValueError,
+     r"factor must be a real number >= 1, got 0.5"),
+    ("llama3_frequencies",
+     lambda: llama3_frequencies(128, low_freq_factor=4.0, high_freq_factor=1.0), ValueError,
+     r"high_freq_factor must be > low_freq_factor, got high_freq_factor=1, "
+     r"low_freq_factor=4"),
+    ("llama3_frequencies", lambda: llama3_frequencies(128, low_freq_factor=0.0), ValueError,
+     r"low_freq_factor must be a real number > 0, got 0.0"),
+    ("llama3_frequencies", lambda: llama3_frequencies(128, original_max_position_embeddings=0),
+     ValueError, r"original_max_position_embeddings must be a positive int, got 0"),
+    ("alibi_slopes", lambda: alibi_slopes(0), ValueError,
+     r"num_heads must be a positive int, got 0"),
+    ("alibi_slopes", lambda: alibi_slopes(-4), ValueError,
+     r"num_heads must be a positive int, got -4"),
+    ("alibi_slopes", lambda: alibi_slopes(8.0), TypeError, r"num_heads must be an int, got 8.0"),
+    ("alibi_slopes", lambda: alibi_slopes(True), TypeError,
+     r"num_heads must be an int, got True"),
+    # an integer dtype would round every slope (all below 1) to 0: refused
+    ("alibi_slopes", lambda: alibi_slopes(8, dtype=torch.int64), TypeError,
+     r"dtype must be a floating torch.dtype, got torch.int64"),
+    ("alibi_slopes", lambda: alibi_slopes(8, dtype=torch.complex64), TypeError,
+     r"dtype must be a floating torch.dtype, got torch.complex64"),
+    ("alibi_slopes", lambda: alibi_slopes(8, dtype="float32"), TypeError,
+     r"dtype must be a torch.dtype such as torch.float32, got the string 'float32'"),
+    ("alibi_slopes", lambda: alibi_slopes(8, device="cuda:9"), ValueError,
+     r"device must be a device this machine has, got 'cuda:9'"),
+    ("alibi_slopes", lambda: alibi_slopes(8, device="meta"), ValueError,
+     r"device must be a 'cpu', 'cuda' or 'mps' device, got device 'meta'"),
+    ("alibi_bias", lambda: alibi_bias(0, 4, 4), ValueError,
+     r"num_heads must be a positive int, got 0"),
+    ("alibi_bias", lambda: alibi_bias(4, 5, 4), ValueError,
+     r"key_length must be >= query_length .*, got key_length=4, query_length=5"),
+    ("alibi_bias", lambda: alibi_bias(4, -1, 4), ValueError,
+     r"query_length must be an int >= 0, got -1"),
+    ("alibi_bias", lambda: alibi_bias(4, 4, 4, dtype=torch.int64), TypeError,
+     r"dtype must be a floating torch.dtype, got torch.int64"),
+    ("alibi_bias", lambda: alibi_bias(4, 4, 4, dtype="bfloat16"), TypeError,
+     r"dtype must be a torch.dtype such as torch.bfloat16, got the string 'bfloat16'"),
+    ("alibi_bias", lambda: alibi_bias(4, 4, 4, is_causal=None), TypeError,
+     r"is_causal must be a bool, got None"),
+    ("alibi_bias", lambda: alibi_bias(4, 4, 4, is_causal=1), TypeError,
+     r"is_causal must be a bool, got 1"),
+    ("alibi_bias", lambda: alibi_bias(4, 4, 4, device="cuda:9"), ValueError,
+     r"device must be a device this machine has"),
+    ("rope_wavelengths", lambda: rope_wavelengths(torch.tensor([1.0, 0.0])), ValueError,
+     r"frequencies must all be positive, got values down to 0"),
+    ("rope_wavelengths", lambda: rope_wavelengths(torch.tensor([1.0, math.nan])), ValueError,
+     r"frequencies must all be positive"),
+    ("rope_wavelengths", lambda: rope_wavelengths([1.0]), TypeError,
+     r"frequencies must be a torch.Tensor, got a list"),
+    ("rope_wavelengths", lambda: rope_wavelengths(torch.tensor([1, 2])), TypeError,
+     r"frequencies must be a floating-point tensor, got a tensor of dtype torch.int64"),
+    ("rope_wavelengths", lambda: rope_wavelengths(torch.tensor([1j])), TypeError,
+     r"frequencies must be a floating-point tensor, got a tensor of dtype torch.complex64"),
+    ("rope_wavelengths", lambda: rope_wavelengths(torch.ones(2, device="meta")), ValueError,
+     r"frequencies must hold values, got a tensor on the 'meta' device"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("fn", "args", "kwargs", "error", "match"),
-    BAD,
-    ids=[f"{row[0].__name__}-{row[4]}" for row in BAD],
+    ("name", "call", "error", "match"),
+    BAD_INPUTS,
+    ids=[f"{row[0]}-{i}" for i, row in enumerate(BAD_INPUTS)],
 )
-def test_bad_input(fn, args, kwargs, error, match) -> None:
+def test_bad_input(name, call, error, match) -> None:
     with pytest.raises(error, match=match):
-        fn(*args, **kwargs)
+        call()
+
+
+def test_every_public_name_has_a_bad_input_case() -> None:
+    from companion import extension
+
+    assert set(extension.__all__) <= {row[0] for row in BAD_INPUTS}
+
+
+def test_empty_inputs_give_the_empty_answer() -> None:
+    assert alibi_bias(4, 0, 0).shape == (4, 0, 0)
+    assert alibi_bias(4, 0, 5).shape == (4, 0, 5)
+    assert rope_wavelengths(torch.zeros(0)).shape == (0,)
+    theta = rope_frequencies(16)
+    got = dynamic_ntk_frequencies(16, factor=4.0, original_max_position_embeddings=8, seq_len=0)
+    torch.testing.assert_close(got, theta, rtol=1e-14, atol=0.0)
+
+
+@given(
+    d=st.integers(2, 64).map(lambda n: 2 * n),
+    b=st.one_of(st.floats(1.5, 1e7), st.integers(2, 10**7)),
+    s=st.one_of(st.floats(1.0, 1e3), st.integers(1, 1000)),
+    n0=st.integers(1, 10**6),
+    seq_len=st.integers(0, 10**7),
+    fast=st.floats(1.0, 64.0),
+    slow=st.floats(0.01, 1.0),
+    truncate=st.booleans(),
+    low=st.floats(0.01, 8.0),
+    gap=st.floats(0.01, 32.0),
+    heads=st.integers(1, 128),
+    lengths=st.tuples(st.integers(0, 12), st.integers(0, 6)),
+    is_causal=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]),
+)
+def test_valid_random_inputs_never_raise(
+    d, b, s, n0, seq_len, fast, slow, truncate, low, gap, heads, lengths, is_causal, dtype
+) -> None:
+    beta = {"beta_fast": fast, "beta_slow": slow, "truncate": truncate}
+    outs = [
+        linear_scaling_frequencies(d, base=b, factor=s),
+        ntk_scaling_frequencies(d, base=b, factor=s),
+        dynamic_ntk_frequencies(
+            d, base=b, factor=s, original_max_position_embeddings=n0, seq_len=seq_len
+        ),
+        yarn_ramp(d, base=b, original_max_position_embeddings=n0, **beta),
+        yarn_frequencies(d, base=b, factor=s, original_max_position_embeddings=n0, **beta)[0],
+        llama3_frequencies(
+            d, base=b, factor=s, low_freq_factor=low, high_freq_factor=low + gap,
+            original_max_position_embeddings=n0,
+        ),
+    ]  # fmt: skip
+    for out in outs:
+        assert out.shape == (d // 2,) and bool(torch.isfinite(out).all())
+    low_i, high_i = yarn_correction_range(
+        d, base=b, original_max_position_embeddings=n0, **beta
+    )
+    assert 0 <= low_i and high_i <= d - 1
+    assert ntk_aware_base(b, s, d) >= b and yarn_attention_factor(s) >= 1.0
+    assert rope_wavelengths(outs[0]).shape == (d // 2,)
+    q, extra = lengths
+    assert alibi_slopes(heads, dtype=dtype).dtype == dtype
+    bias = alibi_bias(heads, q, q + extra, is_causal=is_causal, dtype=dtype)
+    assert bias.shape == (heads, q, q + extra) and bias.dtype == dtype
 
 
 # ---- checkers: accept the reference, reject the named mistakes ----------------------------------
