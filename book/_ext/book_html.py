@@ -1,15 +1,31 @@
-"""Local Sphinx extension: keep the built pages self-contained and free of console errors.
+"""Local Sphinx extension: the book's pages read well on every screen, in search and on paper.
 
-Jupyter Book 1.x always loads sphinx-thebe, which injects its configuration script twice
-(a console error, "Identifier 'THEBE_JS_URL' has already been declared") and points at a CDN.
-The book has no live-code button (it reads offline), so its scripts are dropped from every page.
+- Drops sphinx-thebe's scripts. Jupyter Book 1.x always loads sphinx-thebe, which injects its
+  configuration script twice (a console error, "Identifier 'THEBE_JS_URL' has already been
+  declared") and points at a CDN; the book has no live-code button (it reads offline).
+- Adds ``static/book.css`` (nothing wider than a phone's screen, figure captions, print
+  styles) and ``static/book.js`` (search excerpts and titles without raw TeX or the header's
+  buttons; everything folded opens when printing).
+- Registers the pybtex style ``authoryear``: the bibliography is labelled "Vaswani et al.,
+  2017", like the author-year citations in the text, and sorted by author and year; arXiv
+  identifiers (``eprint``) and DOIs are links (pybtex's plain style).
+- Gives the proof index readable entries: "Theorem: Shift theorem" under the chapter's title,
+  instead of raw labels (``thm-sinusoidal-shift (book/01_sinusoidal_encoding)``).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
+from docutils import nodes
 from sphinx.application import Sphinx
+
+STATIC = Path(__file__).parent / "static"
+
+
+# ---- sphinx-thebe ------------------------------------------------------------------------
 
 
 def _is_thebe(script: Any) -> bool:
@@ -29,6 +45,99 @@ def _drop_thebe(
         context["css_files"] = [s for s in styles if "thebe" not in str(s)]
 
 
+# ---- static files ------------------------------------------------------------------------
+
+
+def _add_static_path(app: Sphinx) -> None:
+    if str(STATIC) not in app.config.html_static_path:
+        app.config.html_static_path.append(str(STATIC))
+
+
+# ---- bibliography: author-year labels ----------------------------------------------------
+
+
+def _register_authoryear_style() -> None:
+    from pybtex.plugin import register_plugin
+    from pybtex.richtext import Text
+    from pybtex.style.formatting.plain import Style as PlainStyle
+    from pybtex.style.labels import BaseLabelStyle
+
+    def last_name(person: Any) -> str:
+        return " ".join(str(Text.from_latex(part)) for part in person.last_names)
+
+    class AuthorYearLabelStyle(BaseLabelStyle):
+        """ "Su et al., 2024"; "Luong and Manning, 2015"; a, b, ... when two collide."""
+
+        def format_labels(self, sorted_entries: Any) -> Any:
+            labels = []
+            for entry in sorted_entries:
+                people = entry.persons.get("author") or entry.persons.get("editor") or []
+                if not people:
+                    who = str(Text.from_latex(entry.fields.get("title", entry.key)))
+                elif len(people) == 1:
+                    who = last_name(people[0])
+                elif len(people) == 2:
+                    who = f"{last_name(people[0])} and {last_name(people[1])}"
+                else:
+                    who = f"{last_name(people[0])} et al."
+                labels.append(f"{who}, {entry.fields.get('year', 'n.d.')}")
+            seen: dict[str, int] = defaultdict(int)
+            for label in labels:
+                seen[label] += 1
+            suffix: dict[str, int] = defaultdict(int)
+            for label in labels:
+                if seen[label] > 1:
+                    yield label + "abcdefghijklmnopqrstuvwxyz"[suffix[label]]
+                    suffix[label] += 1
+                else:
+                    yield label
+
+    class AuthorYearStyle(PlainStyle):
+        default_label_style = "authoryear"
+        default_sorting_style = "author_year_title"
+
+    register_plugin("pybtex.style.labels", "authoryear", AuthorYearLabelStyle, force=True)
+    register_plugin("pybtex.style.formatting", "authoryear", AuthorYearStyle, force=True)
+
+
+# ---- proof index: titles, not labels -----------------------------------------------------
+
+
+def _record_proof_titles(app: Sphinx, doctree: nodes.document) -> None:
+    proofs = getattr(app.env, "proof_list", {})
+    for node in doctree.findall(nodes.Element):
+        label = node.get("label") if node.get("realtype") else None
+        if label and label in proofs:
+            proofs[label]["title"] = str(node.get("title", "")).strip().strip("()").strip()
+
+
+def _patch_proof_index() -> None:
+    try:
+        from sphinx_proof.domain import ProofIndex
+    except ImportError:  # pragma: no cover - sphinx-proof is in requirements.txt
+        return
+
+    def generate(self: Any, docnames: Any = None) -> tuple[list, bool]:
+        env = self.domain.env
+        content: dict[str, list] = defaultdict(list)
+        for anchor, values in getattr(env, "proof_list", {}).items():
+            docname = values["docname"]
+            chapter = env.titles[docname].astext() if docname in env.titles else docname
+            kind = values["realtype"].capitalize()
+            title = values.get("title") or anchor
+            content[chapter].append((f"{kind}: {title}", 0, docname, anchor, "", "", ""))
+        return sorted((k, sorted(v)) for k, v in content.items()), True
+
+    ProofIndex.generate = generate
+    ProofIndex.localname = "Theorems"
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    _register_authoryear_style()
+    _patch_proof_index()
+    app.connect("builder-inited", _add_static_path)
+    app.connect("doctree-read", _record_proof_titles)
     app.connect("html-page-context", _drop_thebe, priority=900)
+    app.add_css_file("book.css", priority=900)
+    app.add_js_file("book.js", priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
