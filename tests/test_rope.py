@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from companion import checks, rope
+from companion import _rope_fast, checks, rope
 from companion.checks import CheckError
 from companion.rope import (
     apply_rope,
@@ -311,147 +311,240 @@ def test_rotation_composes(dim, m, seed, layout) -> None:
 
 X = torch.randn(2, 3, 4, 8)
 COS, SIN = rope_cos_sin(torch.arange(4), rope_frequencies(8))
+CIS = rope_freqs_cis(torch.arange(4), rope_frequencies(8))
 TABLE = rope_cos_sin(torch.arange(16), rope_frequencies(8))
 
-BAD = [
-    (lambda: rope_frequencies(7), ValueError, r"head_dim must be a positive even integer, got 7"),
-    (lambda: rope_frequencies(0), ValueError, r"head_dim must be a positive even integer, got 0"),
-    (lambda: rope_frequencies(8.0), TypeError, r"head_dim must be an int, got float"),
-    (lambda: rope_frequencies(True), TypeError, r"head_dim must be an int, got bool"),
-    (
-        lambda: rope_frequencies(8, base=1.0),
-        ValueError,
-        r"base must be a finite number > 1, got 1.0",
-    ),
-    (lambda: rope_frequencies(8, base="1e4"), TypeError, r"base must be a real number, got str"),
-    (
-        lambda: rope_cos_sin([0, 1], rope_frequencies(8)),
-        TypeError,
-        r"positions must be a torch.Tensor, got list",
-    ),
-    (
-        lambda: rope_cos_sin(torch.tensor([True]), rope_frequencies(8)),
-        TypeError,
-        r"positions must be an integer or real tensor",
-    ),
-    (
-        lambda: rope_cos_sin(torch.arange(3), torch.ones(2, 4)),
-        ValueError,
-        r"frequencies must be 1-D \(D/2,\), got shape \(2, 4\)",
-    ),
-    (
-        lambda: rope_cos_sin(torch.arange(3), rope_frequencies(8), dtype=torch.int64),
-        TypeError,
-        r"dtype must be a floating-point torch.dtype",
-    ),
-    (
-        lambda: apply_rope(torch.randn(2, 4, 7), COS, SIN),
-        ValueError,
-        r"x.shape\[-1\] \(head_dim\) must be even, got 7",
-    ),
-    (
-        lambda: apply_rope(X.long(), COS, SIN),
-        TypeError,
-        r"x must have a floating-point dtype, got torch.int64",
-    ),
-    (lambda: apply_rope(X[0, 0, 0], COS, SIN), ValueError, r"x must have at least 2 dims"),
-    (
-        lambda: apply_rope(X, COS, SIN, layout="neox"),
-        ValueError,
-        r"layout must be one of \('half', 'interleaved'\), got 'neox'",
-    ),
-    (
-        lambda: apply_rope(X, *TABLE),
-        ValueError,
-        r"cos must have shape \(L, D/2\) = \(4, 4\) .* got \(16, 4\)",
-    ),
-    (lambda: apply_rope(X, COS, SIN[:3]), ValueError, r"cos and sin must have the same shape"),
-    (
-        lambda: apply_rope(X, COS[:, :2], SIN[:, :2]),
-        ValueError,
-        r"cos must have shape \(L, D/2\) = \(4, 4\)",
-    ),
-    (
-        lambda: apply_rope(X, COS.expand(3, 4, 4), SIN.expand(3, 4, 4)),
-        ValueError,
-        r"cos must have shape \(B, L, D/2\) = \(2, 4, 4\)",
-    ),
-    (
-        lambda: apply_rope(X, COS[None, None], SIN[None, None]),
-        ValueError,
-        r"cos must be \(L, D/2\) or \(B, L, D/2\)",
-    ),
-    (
-        lambda: apply_rope(X, COS, SIN, seq_dim=-1),
-        ValueError,
-        r"seq_dim must name an axis of x other than the last",
-    ),
-    (
-        lambda: apply_rope(X, COS, SIN, seq_dim=4),
-        ValueError,
-        r"seq_dim must name an axis of x other than the last",
-    ),
-    (lambda: apply_rope(X, COS, SIN, seq_dim=1.0), TypeError, r"seq_dim must be an int, got float"),
-    (
-        lambda: apply_rope(X, *TABLE, positions=torch.arange(13, 17)),
-        ValueError,
-        r"positions must lie in \[0, 16\) for a table of 16 rows, got values in \[13, 16\]",
-    ),
-    (
-        lambda: apply_rope(X, *TABLE, positions=torch.tensor([-1, 0, 1, 2])),
-        ValueError,
-        r"positions must lie in \[0, 16\)",
-    ),
-    (
-        lambda: apply_rope(X, *TABLE, positions=torch.arange(4.0)),
-        TypeError,
-        r"positions must be an integer tensor",
-    ),
-    (lambda: apply_rope(X, COS.long(), SIN), TypeError, r"cos must have a floating-point dtype"),
-    (
-        lambda: apply_rope(X, COS, SIN, fused="yes"),
-        TypeError,
-        r"fused must be True or False, got 'yes'",
-    ),
-    (lambda: apply_rope_complex(X, COS), TypeError, r"freqs_cis must be a complex tensor"),
-    (lambda: rotate_half(torch.randn(3, 5)), ValueError, r"x.shape\[-1\] must be even, got 5"),
-    (
-        lambda: rotate_interleaved(torch.randn(3, 5)),
-        ValueError,
-        r"x.shape\[-1\] must be even, got 5",
-    ),
-    (
-        lambda: interleaved_to_half_permutation(5),
-        ValueError,
-        r"head_dim must be a positive even integer, got 5",
-    ),
-    (
-        lambda: checks.check_apply_rope(lambda x, positions, base: x, layout="neox"),
-        ValueError,
-        r"layout must be one of",
-    ),
-]
+F64 = rope_frequencies(8)
+# a checkpoint-style table on the CPU; tests that need another device use `device`
+
+# (public name, call, exception, message): the bad-input contract, also run by
+# tests/test_contract.py for every name in companion.rope.__all__
+BAD_INPUTS = [
+    ("rope_frequencies", lambda: rope_frequencies(7), ValueError,
+     r"head_dim must be an even int, got 7"),
+    ("rope_frequencies", lambda: rope_frequencies(0), ValueError,
+     r"head_dim must be a positive even int, got 0"),
+    ("rope_frequencies", lambda: rope_frequencies(8.0), TypeError,
+     r"head_dim must be an even int, got 8.0"),
+    ("rope_frequencies", lambda: rope_frequencies(True), TypeError,
+     r"head_dim must be an even int, got True"),
+    ("rope_frequencies", lambda: rope_frequencies(8, base=1.0), ValueError,
+     r"base must be a real number > 1, got 1.0"),
+    ("rope_frequencies", lambda: rope_frequencies(8, base="1e4"), TypeError,
+     r"base must be a real number, got '1e4'"),
+    ("rope_cos_sin", lambda: rope_cos_sin([0, 1], F64), TypeError,
+     r"positions must be a torch.Tensor, got a list"),
+    ("rope_cos_sin", lambda: rope_cos_sin(torch.tensor([True]), F64), TypeError,
+     r"positions must be an integer or floating tensor, got a tensor of dtype torch.bool"),
+    ("rope_cos_sin", lambda: rope_cos_sin(torch.zeros(2, dtype=torch.complex64), F64),
+     TypeError, r"positions must be an integer or floating tensor, got a tensor of dtype "
+     r"torch.complex64"),
+    ("rope_cos_sin", lambda: rope_cos_sin(torch.arange(3, device="meta"), F64), ValueError,
+     r"positions must hold values, got a tensor on the 'meta' device"),
+    ("rope_cos_sin", lambda: rope_cos_sin(torch.arange(3), torch.ones(2, 4)), ValueError,
+     r"frequencies must have 1 dimensions \(D/2,\), got shape \(2, 4\)"),
+    ("rope_cos_sin", lambda: rope_cos_sin(torch.arange(3), F64.to(torch.complex128)),
+     TypeError, r"frequencies must be a floating-point tensor, got a tensor of dtype "
+     r"torch.complex128"),
+    ("rope_cos_sin", lambda: rope_cos_sin(torch.arange(3), F64.long()), TypeError,
+     r"frequencies must be a floating-point tensor, got a tensor of dtype torch.int64"),
+    ("rope_cos_sin", lambda: rope_cos_sin(torch.arange(3), F64, dtype=torch.int64), TypeError,
+     r"dtype must be a floating torch.dtype, got torch.int64"),
+    ("rope_cos_sin", lambda: rope_cos_sin(torch.arange(3), F64, dtype="float32"), TypeError,
+     r"dtype must be a torch.dtype such as torch.float32, got the string 'float32'"),
+    ("rope_cos_sin", lambda: rope_cos_sin(torch.arange(3), F64, device="cuda:9"), ValueError,
+     r"device must be a device this machine has, got 'cuda:9'"),
+    ("rope_cos_sin", lambda: rope_cos_sin(torch.arange(3), F64, device="tpu"), ValueError,
+     r"device must be a device such as 'cpu' or 'cuda', got 'tpu'"),
+    ("rope_freqs_cis", lambda: rope_freqs_cis(torch.arange(3), F64, device="cuda:9"),
+     ValueError, r"device must be a device this machine has, got 'cuda:9'"),
+    ("rope_freqs_cis", lambda: rope_freqs_cis(torch.arange(3.0), [1.0, 0.1]), TypeError,
+     r"frequencies must be a torch.Tensor, got a list"),
+    ("rope_freqs_cis", lambda: rope_freqs_cis(torch.tensor([1j]), F64), TypeError,
+     r"positions must be an integer or floating tensor"),
+    ("apply_rope", lambda: apply_rope(torch.randn(2, 4, 7), COS, SIN), ValueError,
+     r"x must have an even, positive size in dimension -1 \(head_dim: RoPE rotates pairs\), "
+     r"got shape \(2, 4, 7\)"),
+    ("apply_rope", lambda: apply_rope(X.long(), COS, SIN), TypeError,
+     r"x must be a floating-point tensor, got a tensor of dtype torch.int64"),
+    ("apply_rope", lambda: apply_rope(X.to(torch.complex64), COS, SIN), TypeError,
+     r"x must be a floating-point tensor, got a tensor of dtype torch.complex64"),
+    ("apply_rope", lambda: apply_rope(X.to("meta"), COS, SIN), ValueError,
+     r"x must hold values, got a tensor on the 'meta' device"),
+    ("apply_rope", lambda: apply_rope(X[0, 0, 0], COS, SIN), ValueError,
+     r"x must have at least 2 dimensions \(..., L, D\), got shape \(8,\)"),
+    ("apply_rope", lambda: apply_rope(X.numpy(), COS, SIN), TypeError,
+     r"x must be a torch.Tensor, got a ndarray"),
+    ("apply_rope", lambda: apply_rope(X, *TABLE), ValueError,
+     r"cos must have size 4 \(L, x's size along seq_dim\) in dimension -2, got shape "
+     r"\(16, 4\)"),
+    ("apply_rope", lambda: apply_rope(X, COS, SIN[:3]), ValueError,
+     r"sin must have shape of cos \(4, 4\), got shape \(3, 4\)"),
+    ("apply_rope", lambda: apply_rope(X, COS, SIN.double()), TypeError,
+     r"sin must have cos's dtype torch.float32, got a tensor of dtype torch.float64"),
+    ("apply_rope", lambda: apply_rope(X, COS[:, :2], SIN[:, :2]), ValueError,
+     r"cos must have size 4 \(D/2, half of x's last dimension\) in dimension -1"),
+    ("apply_rope", lambda: apply_rope(X, COS.expand(3, 4, 4), SIN.expand(3, 4, 4)),
+     ValueError, r"cos of shape \(B, L, D/2\) must have B = 1 or B = x.shape\[0\] = 2"),
+    ("apply_rope", lambda: apply_rope(X[0, 0], COS[None], SIN[None]), ValueError,
+     r"cos of shape \(B, L, D/2\) must have B = 1 or B = x.shape\[0\] = 4 with a batch axis "
+     r"before L"),
+    ("apply_rope", lambda: apply_rope(X, COS[None, None], SIN[None, None]), ValueError,
+     r"cos must have at most 3 dimensions, got shape \(1, 1, 4, 4\)"),
+    ("apply_rope", lambda: apply_rope(X, COS[0], SIN[0]), ValueError,
+     r"cos must have at least 2 dimensions, got shape \(4,\)"),
+    ("apply_rope", lambda: apply_rope(X, COS.long(), SIN), TypeError,
+     r"cos must be a floating-point tensor, got a tensor of dtype torch.int64"),
+    ("apply_rope", lambda: apply_rope(X, COS.to(torch.complex64), SIN), TypeError,
+     r"cos must be a floating-point tensor, got a tensor of dtype torch.complex64"),
+    ("apply_rope", lambda: apply_rope(X, COS, SIN.to("meta")), ValueError,
+     r"sin must hold values, got a tensor on the 'meta' device"),
+    ("apply_rope", lambda: apply_rope(X, COS, SIN, seq_dim=-1), ValueError,
+     r"seq_dim must be an axis of a 4-dimensional tensor \(not the last, head_dim\), got -1"),
+    ("apply_rope", lambda: apply_rope(X, COS, SIN, seq_dim=4), ValueError,
+     r"seq_dim must be an axis of a 4-dimensional tensor .*, got 4"),
+    ("apply_rope", lambda: apply_rope(X, COS, SIN, seq_dim=1.0), TypeError,
+     r"seq_dim must be an int, got 1.0"),
+    ("apply_rope", lambda: apply_rope(X, *TABLE, positions=torch.arange(13, 17)), ValueError,
+     r"positions must lie in \[0, 16\) for a table of 16 rows, got values in \[13, 16\]"),
+    ("apply_rope", lambda: apply_rope(X, *TABLE, positions=torch.tensor([-1, 0, 1, 2])),
+     ValueError, r"positions must lie in \[0, 16\)"),
+    ("apply_rope", lambda: apply_rope(X, *TABLE, positions=torch.arange(4.0)), TypeError,
+     r"positions must be an integer tensor, got a tensor of dtype torch.float32"),
+    ("apply_rope", lambda: apply_rope(X, *TABLE, positions=torch.tensor(True)), TypeError,
+     r"positions must be an integer tensor, got a tensor of dtype torch.bool"),
+    ("apply_rope", lambda: apply_rope(X, *TABLE, positions=torch.tensor(3)), ValueError,
+     r"positions must have at least 1 dimensions"),
+    ("apply_rope", lambda: apply_rope(X, *TABLE, positions=torch.arange(5)), ValueError,
+     r"cos must have size 4 \(L, x's size along seq_dim\) in dimension -2, got shape "
+     r"\(5, 4\)"),
+    ("apply_rope",
+     lambda: apply_rope(X, COS[None], SIN[None], positions=torch.arange(4)), ValueError,
+     r"cos must have at most 2 dimensions"),
+    ("apply_rope", lambda: apply_rope(X, COS, SIN, fused="yes"), TypeError,
+     r"fused must be a bool, got 'yes'"),
+    ("apply_rope", lambda: apply_rope(X, COS, SIN, fused=1), TypeError,
+     r"fused must be a bool, got 1"),
+    ("apply_rope_complex", lambda: apply_rope_complex(X, COS), TypeError,
+     r"freqs_cis must be a complex tensor, got a tensor of dtype torch.float32"),
+    ("apply_rope_complex", lambda: apply_rope_complex(X.long(), CIS), TypeError,
+     r"x must be a floating-point tensor, got a tensor of dtype torch.int64"),
+    ("apply_rope_complex", lambda: apply_rope_complex(X, CIS[:3]), ValueError,
+     r"freqs_cis must have size 4 \(L, x's size along seq_dim\)"),
+    ("apply_rope_complex", lambda: apply_rope_complex(X, CIS, seq_dim=3), ValueError,
+     r"seq_dim must be an axis of a 4-dimensional tensor"),
+    ("apply_rope_complex", lambda: apply_rope_complex(X, CIS.to("meta")), ValueError,
+     r"freqs_cis must hold values, got a tensor on the 'meta' device"),
+    ("rotate_half", lambda: rotate_half(torch.randn(3, 5)), ValueError,
+     r"x must have an even, positive size in dimension -1 \(the two halves\), got shape "
+     r"\(3, 5\)"),
+    ("rotate_half", lambda: rotate_half(torch.ones(3, 4, dtype=torch.complex64)), TypeError,
+     r"x must be a floating-point tensor, got a tensor of dtype torch.complex64"),
+    ("rotate_half", lambda: rotate_half(torch.tensor(1.0)), ValueError,
+     r"x must have at least 1 dimensions"),
+    ("rotate_interleaved", lambda: rotate_interleaved(torch.randn(3, 5)), ValueError,
+     r"x must have an even, positive size in dimension -1 \(pairs side by side\)"),
+    ("rotate_interleaved", lambda: rotate_interleaved([1.0, 2.0]), TypeError,
+     r"x must be a torch.Tensor, got a list"),
+    ("interleaved_to_half_permutation", lambda: interleaved_to_half_permutation(5), ValueError,
+     r"head_dim must be an even int, got 5"),
+    ("interleaved_to_half_permutation", lambda: interleaved_to_half_permutation("8"),
+     TypeError, r"head_dim must be an even int, got '8'"),
+    ("half_to_interleaved_permutation", lambda: half_to_interleaved_permutation(-2),
+     ValueError, r"head_dim must be a positive even int, got -2"),
+    # LAYOUTS names the pairings apply_rope accepts; anything else is refused
+    ("LAYOUTS", lambda: apply_rope(X, COS, SIN, layout="neox"), ValueError,
+     r"layout must be one of 'half', 'interleaved', got 'neox'"),
+    ("LAYOUTS", lambda: apply_rope(X, COS, SIN, layout=None), TypeError,
+     r"layout must be one of 'half', 'interleaved', got None"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(("call", "error", "match"), BAD, ids=[f"bad{i}" for i in range(len(BAD))])
-def test_bad_input_raises_named_error(call, error, match) -> None:
+@pytest.mark.parametrize(
+    ("name", "call", "error", "match"),
+    BAD_INPUTS,
+    ids=[f"{row[0]}-{i}" for i, row in enumerate(BAD_INPUTS)],
+)
+def test_bad_input_raises_named_error(name, call, error, match) -> None:
     with pytest.raises(error, match=match):
         call()
 
 
-def test_validation_covers_all_public_names() -> None:
-    assert set(rope.__all__) == {
-        "LAYOUTS",
-        "apply_rope",
-        "apply_rope_complex",
-        "half_to_interleaved_permutation",
-        "interleaved_to_half_permutation",
-        "rope_cos_sin",
-        "rope_freqs_cis",
-        "rope_frequencies",
-        "rotate_half",
-        "rotate_interleaved",
-    }
+def test_every_public_name_has_a_bad_input_case() -> None:
+    assert set(rope.__all__) <= {row[0] for row in BAD_INPUTS}
+
+
+def test_checker_rejects_an_unknown_layout() -> None:
+    with pytest.raises(ValueError, match=r"layout must be one of"):
+        checks.check_apply_rope(lambda x, positions, base: x, layout="neox")
+
+
+def test_tables_on_another_device_are_named(device) -> None:
+    """cos/sin/positions on another device than x: a ValueError naming the argument.
+
+    With one device only, the meta device stands in for the other one in the positions
+    case (positions hold no values there, so the check must come before any indexing)."""
+    x = torch.randn(1, 2, 4, 8, device=device)
+    cos, sin = rope_cos_sin(torch.arange(4), F64, device=device)
+    if device.type == "cuda":
+        with pytest.raises(ValueError, match=r"cos must be on x's device cuda"):
+            apply_rope(x, cos.cpu(), sin.cpu())
+        with pytest.raises(ValueError, match=r"freqs_cis must be on x's device cuda"):
+            apply_rope_complex(x, rope_freqs_cis(torch.arange(4), F64))
+        with pytest.raises(ValueError, match=r"positions must be on cos's device"):
+            apply_rope(x, cos, sin, positions=torch.arange(4))
+    with pytest.raises(ValueError, match=r"positions must hold values"):
+        apply_rope(x, cos, sin, positions=torch.arange(4, device="meta"))
+
+
+def test_empty_inputs_give_the_empty_answer() -> None:
+    """L = 0 rows (an empty prompt, an empty cache slice): the empty result, no error."""
+    cos, sin = rope_cos_sin(torch.arange(0), F64)
+    assert cos.shape == sin.shape == (0, 4)
+    for layout in LAYOUTS:
+        out = apply_rope(torch.randn(2, 3, 0, 8), cos, sin, layout=layout)
+        assert out.shape == (2, 3, 0, 8)
+    empty_ids = torch.zeros(0, dtype=torch.long)
+    assert apply_rope(torch.randn(2, 0, 8), *TABLE, positions=empty_ids).shape == (2, 0, 8)
+    cis = rope_freqs_cis(torch.arange(0), F64)
+    assert apply_rope_complex(torch.randn(1, 0, 8), cis).shape == (1, 0, 8)
+
+
+@given(
+    batch=st.integers(0, 3),
+    heads=st.integers(1, 3),
+    length=st.integers(0, 9),
+    pairs=st.integers(1, 8),
+    base=st.one_of(st.floats(1.5, 1e6), st.integers(2, 10**6)),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]),
+    table_dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+    layout=st.sampled_from(LAYOUTS),
+    seq_first=st.booleans(),
+    per_batch=st.booleans(),
+    offset=st.integers(0, 10**6),
+)
+def test_valid_random_inputs_never_raise(
+    batch, heads, length, pairs, base, dtype, table_dtype, layout, seq_first, per_batch, offset
+) -> None:
+    head_dim = 2 * pairs
+    theta = rope_frequencies(head_dim, base=base)
+    shape = (batch, length, heads, head_dim) if seq_first else (batch, heads, length, head_dim)
+    x = torch.randn(shape).to(dtype)
+    ids = torch.arange(length) + offset
+    if per_batch:
+        ids = ids.expand(batch, length)
+    cos, sin = rope_cos_sin(ids, theta, dtype=table_dtype)
+    seq_dim = 1 if seq_first else -2
+    out = apply_rope(x, cos, sin, layout=layout, seq_dim=seq_dim)
+    assert out.shape == x.shape and out.dtype == dtype
+    cis = rope_freqs_cis(ids, theta)
+    assert apply_rope_complex(x, cis, seq_dim=seq_dim).shape == x.shape
+    table = rope_cos_sin(torch.arange(length + 1), theta, dtype=table_dtype)
+    rows = torch.arange(length) if not per_batch else torch.arange(length).expand(batch, -1)
+    assert apply_rope(x, *table, seq_dim=seq_dim, positions=rows).shape == x.shape
+    assert rotate_half(x).shape == rotate_interleaved(x).shape == x.shape
+    p = interleaved_to_half_permutation(head_dim)
+    assert torch.equal(p[half_to_interleaved_permutation(head_dim)], torch.arange(head_dim))
 
 
 # ---- checkers -------------------------------------------------------------------------------------
@@ -662,7 +755,7 @@ def test_blocked_half_layout_matches_the_formula(
     monkeypatch, block, x_shape, table, seq_dim
 ) -> None:
     """The CPU fast path rotates block by block; every split must give the plain formula."""
-    monkeypatch.setattr(rope, "_BLOCK", block)
+    monkeypatch.setattr(_rope_fast, "BLOCK", block)
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(x_shape, generator=gen, dtype=torch.float64)
     ids = (
@@ -787,8 +880,8 @@ def test_fused_reports_a_compiler_failure_with_the_way_out(monkeypatch) -> None:
 
         return run
 
-    monkeypatch.setattr(rope, "_COMPILED", {})
-    monkeypatch.setattr(rope.torch, "compile", broken_compile)
+    monkeypatch.setattr(_rope_fast, "COMPILED", {})
+    monkeypatch.setattr(_rope_fast.torch, "compile", broken_compile)
     x = torch.randn(1, 2, 5, 8)
     cos, sin = rope_cos_sin(torch.arange(5), rope_frequencies(8))
     with pytest.raises(
