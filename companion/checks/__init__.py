@@ -35,6 +35,7 @@ module              chapter                         checkers
 ``attention``       04 Attention                    :func:`check_attention`, ...
 ``norm``            05 Normalization                :func:`check_layer_norm`, ...
 ``model``           06 A tiny Transformer           :func:`check_lag_targets`, ...
+``performance``     07 Performance (appendix)       :func:`check_ulp32`, ...
 ==================  ==============================  ========================================
 
 Writing a checker for a new chapter (say ``decoder.py`` for chapter 08):
@@ -100,6 +101,11 @@ from companion.checks.norm import (
     check_rms_norm,
     check_variance,
 )
+from companion.checks.performance import (
+    check_roofline_time,
+    check_tiled_attention_intensity,
+    check_ulp32,
+)
 from companion.checks.positional import (
     check_dot_product_curve,
     check_normalized_positions,
@@ -134,6 +140,7 @@ __all__ = [
     "check_ntk_aware_base",
     "check_residual_blocks",
     "check_rms_norm",
+    "check_roofline_time",
     "check_rope_attention",
     "check_rope_cos_sin",
     "check_rope_frequencies",
@@ -144,6 +151,8 @@ __all__ = [
     "check_softmax",
     "check_split_heads",
     "check_tiled_attention",
+    "check_tiled_attention_intensity",
+    "check_ulp32",
     "check_variance",
     "check_wavelengths",
     "check_yarn_ramp",
