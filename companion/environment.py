@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from companion import _validate
+
 __all__ = [
     "EnvironmentReport",
     "PackageStatus",
@@ -28,13 +30,32 @@ __all__ = [
     "seed_everything",
 ]
 
-#: The packages a chapter needs, with the lowest version the book is tested against and
-#: what to do when one is missing.
+#: Every third-party package a chapter imports (its distribution name), with the lowest
+#: version the book supports: the package's dependencies and its ``book`` extra in
+#: ``pyproject.toml`` (``pip install -e ".[book]"`` brings them all; a test keeps the two
+#: lists in step and checks every chapter's imports against :data:`CHAPTER_IMPORTS`).
 REQUIRED_PACKAGES: dict[str, str] = {
     "torch": "2.1",
     "numpy": "1.24",
     "matplotlib": "3.7",
+    "sympy": "1.12",
+    "transformers": "4.46",
+    "ipython": "8.0",
 }
+
+#: The top-level module a chapter imports -> the package (in :data:`REQUIRED_PACKAGES`)
+#: that provides it. IPython comes with Jupyter's kernel (``ipykernel``).
+CHAPTER_IMPORTS: dict[str, str] = {
+    "torch": "torch",
+    "numpy": "numpy",
+    "matplotlib": "matplotlib",
+    "sympy": "sympy",
+    "transformers": "transformers",
+    "IPython": "ipython",
+}
+
+INSTALL_COMMAND = 'pip install -e ".[book]"'
+"""What installs every package the chapters import, run from the repository root."""
 
 _DEVICE_ENV = "COMPANION_DEVICE"
 
@@ -43,16 +64,15 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     """Seed Python's, NumPy's and torch's global random generators.
 
     Args:
-        seed: a non-negative integer.
+        seed: an integer in ``[0, 2**32 - 1]`` (the range NumPy's global generator takes).
 
     Returns:
         A fresh :class:`torch.Generator` seeded with ``seed``, for code that prefers an
         explicit generator over the global one.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if seed < 0:
-        raise ValueError(f"seed must be non-negative, got {seed}")
+    seed = _validate.integer(
+        "seed", seed, minimum=0, maximum=2**32 - 1
+    )  # NumPy's range
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 -- learners use the legacy global generator too
     torch.manual_seed(seed)  # also seeds every CUDA device
@@ -64,16 +84,12 @@ def default_device() -> torch.device:
 
     Set the environment variable ``COMPANION_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``…) to
     override the choice, e.g. ``COMPANION_DEVICE=cpu`` to reproduce the published outputs
-    on a machine with a GPU.
+    on a machine with a GPU. A value that names no device of this machine is a
+    ``ValueError`` naming the variable.
     """
     requested = os.environ.get(_DEVICE_ENV, "").strip()
     if requested:
-        device = torch.device(requested)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                f"{_DEVICE_ENV} asks for {requested!r}, but torch.cuda.is_available() is False"
-            )
-        return device
+        return _validate.device(_DEVICE_ENV, requested)  # one this machine has
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -88,7 +104,9 @@ class PackageStatus:
     @property
     def ok(self) -> bool:
         """True when the package is installed at or above its minimum version."""
-        return self.found is not None and _version_tuple(self.found) >= _version_tuple(self.minimum)
+        return self.found is not None and _version_tuple(self.found) >= _version_tuple(
+            self.minimum
+        )
 
 
 @dataclass(frozen=True)
@@ -101,7 +119,7 @@ class EnvironmentReport:
     cuda_available: bool
     cuda_devices: tuple[str, ...]
     device: str
-    companion_path: str
+    companion_path: str  # shown without this machine's folders: <repo>/companion, ...
     importable_from: str
     importable: bool
     advice: tuple[str, ...] = field(default_factory=tuple)
@@ -118,11 +136,15 @@ class EnvironmentReport:
             *[
                 (
                     p.name,
-                    f"{p.found or 'MISSING'} (need >= {p.minimum})" + ("" if p.ok else "  <-- fix"),
+                    f"{p.found or 'MISSING'} (need >= {p.minimum})"
+                    + ("" if p.ok else "  <-- fix"),
                 )
                 for p in self.packages
             ],
-            ("CUDA available", "yes" if self.cuda_available else "no (the book runs on the CPU)"),
+            (
+                "CUDA available",
+                "yes" if self.cuda_available else "no (the book runs on the CPU)",
+            ),
             *[(f"  GPU {i}", name) for i, name in enumerate(self.cuda_devices)],
             ("Chapters will use", self.device),
             ("companion found at", self.companion_path),
@@ -152,6 +174,48 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def _release(version: str) -> str:
+    """The public version, without a local part: "2.11.0+cu130" -> "2.11.0"."""
+    return str(version).split("+")[0]
+
+
+def _torch_install_advice() -> list[str]:
+    """Advice when the torch that Python imports is not the one pip's metadata describes
+    (two installs shadowing each other). The local part differs on CUDA wheels and is not
+    a mismatch: the metadata says ``2.11.0`` where ``torch.__version__`` is
+    ``2.11.0+cu130``."""
+    found = _installed_version("torch")
+    imported = str(torch.__version__)
+    if found is None or _release(found) == _release(imported):
+        return []
+    return [
+        f"torch {imported} is imported but pip's metadata says {found}: two installs of "
+        "torch? `pip install --force-reinstall torch` in this environment."
+    ]
+
+
+def _repository() -> Path | None:
+    """The repository root, when companion runs from a checkout (``pip install -e .``)."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def _shown(path: Path) -> str:
+    """``path`` without this machine's folders: ``<repo>/book`` inside the repository,
+    ``./sub`` under the current folder, ``~/...`` under the home folder,
+    ``<site-packages>/companion`` for an installed copy, else ``.../name``."""
+    path = path.resolve()
+    repo, here, home = _repository(), Path.cwd().resolve(), Path.home().resolve()
+    for root, label in ((repo, "<repo>"), (here, "."), (home, "~")):
+        if root is not None and path.is_relative_to(root):
+            rest = path.relative_to(root).as_posix()
+            return label if rest == "." else f"{label}/{rest}"
+    if "site-packages" in path.parts:
+        rest = path.parts[path.parts.index("site-packages") + 1 :]
+        return "/".join(("<site-packages>", *rest))
+    return f".../{path.name}"
+
+
 def _installed_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
@@ -175,7 +239,9 @@ def _importable_from(folder: Path) -> bool:
     return done.returncode == 0
 
 
-def environment_report(folder: str | os.PathLike[str] | None = None) -> EnvironmentReport:
+def environment_report(
+    folder: str | os.PathLike[str] | None = None,
+) -> EnvironmentReport:
     """Collect what the chapters need to run and say what to do about anything missing.
 
     Args:
@@ -185,8 +251,13 @@ def environment_report(folder: str | os.PathLike[str] | None = None) -> Environm
     Returns:
         An :class:`EnvironmentReport`; print it for a table with advice.
     """
-    if folder is not None and not isinstance(folder, (str, os.PathLike)):
-        raise TypeError(f"folder must be a path or None, got {type(folder).__name__}")
+    _validate.optional(
+        _validate.instance,
+        "folder",
+        folder,
+        cls=(str, os.PathLike),
+        expected="a path or None",
+    )
     where = Path(folder if folder is not None else os.getcwd()).resolve()
     if not where.is_dir():
         raise ValueError(f"folder must be an existing directory, got {str(where)!r}")
@@ -203,24 +274,27 @@ def environment_report(folder: str | os.PathLike[str] | None = None) -> Environm
     )
 
     spec = importlib.util.find_spec("companion")
-    companion_path = str(Path(spec.origin).parent) if spec and spec.origin else "not found"
+    found_at = Path(spec.origin).parent if spec and spec.origin else None
+    companion_path = _shown(found_at) if found_at is not None else "not found"
     importable = _importable_from(where)
 
     advice = []
     for p in packages:
         if p.found is None:
             advice.append(
-                f"{p.name} is missing: from the repository root run `make book` (it creates .venv "
-                f"with everything), or `pip install '{p.name}>={p.minimum}'`."
+                f"{p.name} is missing: run `{INSTALL_COMMAND}` from the repository root "
+                "(it installs every package the chapters import)."
             )
         elif not p.ok:
             advice.append(
-                f"{p.name} {p.found} is older than {p.minimum}: `pip install -U {p.name}`."
+                f"{p.name} {p.found} is older than {p.minimum}: "
+                f"`pip install -U '{p.name}>={p.minimum}'`."
             )
+    advice.extend(_torch_install_advice())
     if not importable:
         advice.append(
-            "companion is not importable: run `pip install -e .` from the repository root, "
-            "or start Jupyter from the repository's .venv (`.venv/bin/jupyter lab`)."
+            f"companion is not importable: run `{INSTALL_COMMAND}` from the repository "
+            "root, or start Jupyter from the repository's .venv (`.venv/bin/jupyter lab`)."
         )
     return EnvironmentReport(
         python=f"{platform.python_implementation()} {sys.version.split()[0]}",
@@ -230,7 +304,7 @@ def environment_report(folder: str | os.PathLike[str] | None = None) -> Environm
         cuda_devices=devices,
         device=str(default_device()),
         companion_path=companion_path,
-        importable_from=str(where),
+        importable_from=_shown(where),
         importable=importable,
         advice=tuple(advice),
     )
