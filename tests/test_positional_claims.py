@@ -1,13 +1,14 @@
-"""The claims chapter 01 (sinusoidal encoding) makes in its prose, each against an oracle.
+"""The claims chapter 01 (sinusoidal encoding) makes in its prose, against oracles.
 
-Every number the chapter prints next to a sentence has a test here that fails if the claim
-stops holding: attention without positions is permutation equivariant and an RNN is not; the
-shift block is the textbook rotation matrix (R(-b) in the book's row form), not its transpose;
-equal offsets give equal distances, D - 2 sum cos; concatenation has cross terms after the
-projections and contains addition as a special case; fairseq's and tensor2tensor's table is not
-a column permutation of the paper's (Hugging Face's FSMT and Marian ports are the oracles);
-the exp recipe for the frequencies is 8.9-10.5 times less accurate than pow in float32; the
-study notes' recurrence is wrong and the dot product first rises at offset 11 for D = 128.
+Every number the chapter prints next to a sentence has a test here that fails if the
+claim stops holding: attention without positions is permutation equivariant and an RNN
+is not; the shift block is the textbook rotation matrix (R(-b) in the book's row form),
+not its transpose; equal offsets give equal distances, D - 2 sum cos; concatenation has
+cross terms after the projections and contains addition as a special case; fairseq's and
+tensor2tensor's table is not a column permutation of the paper's (Hugging Face's FSMT and
+Marian ports are the oracles); the exp recipe for the frequencies is 8.9-10.5 times less
+accurate than pow in float32; the study notes' recurrence is wrong and the dot product
+first rises at offset 11 for D = 128.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from companion.positional import (
 F64 = torch.float64
 
 
-# ---- independent references ------------------------------------------------------------
+# ---- independent references ----------------------------------------------------------
 
 
 def loop_encoding(num_positions: int, dim: int) -> torch.Tensor:
@@ -84,7 +85,7 @@ def permutation_lower_bound(table: torch.Tensor, paper: torch.Tensor) -> float:
     return max(closest).item()
 
 
-# ---- why attention needs positions -----------------------------------------------------
+# ---- why attention needs positions ---------------------------------------------------
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -117,7 +118,7 @@ def test_the_loop_rnn_is_torchs_rnn() -> None:
         torch.testing.assert_close(rnn(x[None])[0][0], loop_rnn(x, w_ih, w_hh, b))
 
 
-# ---- the shift block and distances -----------------------------------------------------
+# ---- the shift block and distances ---------------------------------------------------
 
 
 @pytest.mark.parametrize("b", [0.7, -1.3, 2.5, 0.01])
@@ -157,7 +158,7 @@ def test_distance_formula_via_package_dot_products() -> None:
     assert (torch.cdist(pe, pe) ** 2 - formula).abs().max() < 1e-9
 
 
-# ---- adding versus concatenating -------------------------------------------------------
+# ---- adding versus concatenating -----------------------------------------------------
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -179,7 +180,7 @@ def test_concatenation_has_cross_terms_and_contains_addition(seed: int) -> None:
     )
 
 
-# ---- tables in the wild ----------------------------------------------------------------
+# ---- tables in the wild --------------------------------------------------------------
 
 
 def test_fairseq_table_is_another_encoding_not_a_permutation() -> None:
@@ -211,7 +212,7 @@ def test_marian_table_is_the_paper_with_columns_permuted() -> None:
     assert permutation_lower_bound(marian, paper) < 1e-6
 
 
-# ---- frequencies in float32 ------------------------------------------------------------
+# ---- frequencies in float32 ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("dim", [64, 512, 4096])
@@ -227,7 +228,7 @@ def test_exp_recipe_is_about_ten_times_less_accurate(dim: int) -> None:
     assert ((by_pow.double() - ref).abs() / ulp).max() < 1.0
 
 
-# ---- the study notes' mistakes ---------------------------------------------------------
+# ---- the study notes' mistakes -------------------------------------------------------
 
 
 def test_the_notes_recurrence_is_wrong_and_the_right_one_holds() -> None:
