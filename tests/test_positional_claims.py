@@ -5,10 +5,10 @@ claim stops holding: attention without positions is permutation equivariant and 
 is not; the shift block is the textbook rotation matrix (R(-b) in the book's row form),
 not its transpose; equal offsets give equal distances, D - 2 sum cos; concatenation has
 cross terms after the projections and contains addition as a special case; fairseq's and
-tensor2tensor's table is not a column permutation of the paper's (Hugging Face's FSMT and
-Marian ports are the oracles); the exp recipe for the frequencies is 8.9-10.5 times less
-accurate than pow in float32; the study notes' recurrence is wrong and the dot product
-first rises at offset 11 for D = 128.
+tensor2tensor's table is not a column permutation of the paper's (Hugging Face's FSMT
+and Marian ports are the oracles); the exp recipe for the frequencies is 8.9-10.5 times
+less accurate than pow in float32; the study notes' recurrence is wrong and the dot
+product first rises at offset 11 for D = 128.
 """
 
 from __future__ import annotations
