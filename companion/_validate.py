@@ -150,12 +150,11 @@ def flag(name: str, value: object) -> bool:
 def choice(name: str, value: object, options: Iterable[str]) -> str:
     """One of the strings in ``options``."""
     options = tuple(options)
-    listed = ", ".join(repr(o) for o in options)
-    if not isinstance(value, str):
-        raise _fail(TypeError, name, f"one of {listed}", value)
-    if value not in options:
-        raise _fail(ValueError, name, f"one of {listed}", value)
-    return value
+    if isinstance(value, str) and value in options:
+        return value
+    listed = ", ".join(repr(o) for o in options)  # only on failure: this runs on every call
+    exc = TypeError if not isinstance(value, str) else ValueError
+    raise _fail(exc, name, f"one of {listed}", value)
 
 
 def callable_(name: str, value: object) -> Callable[..., Any]:
@@ -249,7 +248,12 @@ def tensor(
         raise _fail(TypeError, name, "a torch.Tensor", value)
     if dtype is not None:
         families = (dtype,) if isinstance(dtype, str) else tuple(dtype)
-        if not any(_FAMILIES[f](value.dtype) for f in families):
+        ok = (  # one family (the common case) without a generator: this runs on every call
+            _FAMILIES[dtype](value.dtype)
+            if isinstance(dtype, str)
+            else any(_FAMILIES[f](value.dtype) for f in families)
+        )
+        if not ok:
             kinds = " or ".join(families)
             article = _ARTICLE.get(families[0], "a") if len(families) == 1 else "a"
             first = _ARTICLE.get(families[0], "a").split()[0]  # "an integer or ..."
@@ -257,7 +261,7 @@ def tensor(
             if len(families) == 1 and families[0] == "bool":
                 what = "a bool tensor"
             raise TypeError(f"{name} must be {what}, got a tensor of dtype {value.dtype}")
-    if value.device.type == "meta":
+    if value.is_meta:
         raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     rank = f" {meaning}" if meaning else ""
     if ndim is not None and value.ndim != ndim:
