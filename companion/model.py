@@ -1,23 +1,30 @@
-r"""A tiny decoder-only Transformer assembled from the book's parts, and its training loop.
+r"""A tiny decoder-only Transformer built from the book's parts, and its training loops.
 
-The capstone chapter ("A tiny Transformer") trains this model with each position scheme of the
-book and measures what the earlier chapters claimed: does the scheme matter, and does it
-extrapolate past the training length? Every part comes from ``companion``:
+The capstone chapter ("A tiny Transformer") trains this model with each position scheme
+of the book and measures what the earlier chapters claimed: does the scheme matter, and
+does it extrapolate past the training length? Every part comes from ``companion``:
 
-* attention: :func:`companion.attention.scaled_dot_product_attention` (causal);
+* attention: :class:`companion.attention.MultiHeadAttention`; the RoPE and ALiBi layers
+  subclass it and override only its position step, :meth:`~MultiHeadAttention.attend`;
 * positions: :func:`companion.positional.sinusoidal_encoding`, a learned table,
   :func:`companion.rope.apply_rope` on queries and keys, or
   :func:`companion.extension.alibi_bias` on the scores; or none at all;
-* normalization: :class:`companion.norm.LayerNorm` or :class:`companion.norm.RMSNorm`, placed by
-  :class:`companion.norm.PreLNBlock` or :class:`companion.norm.PostLNBlock`;
+* normalization: :class:`companion.norm.LayerNorm` or :class:`companion.norm.RMSNorm`,
+  placed by :class:`companion.norm.PreLNBlock` or :class:`companion.norm.PostLNBlock`;
 * the MLP: :func:`companion.norm.mlp`.
 
 The task, :func:`lag_task`, asks the model to output at each position the token ``lag``
 places back: the answer is defined at any length, and it can only be found by position.
+
+:func:`train` is the plain training loop, one model at a time. :func:`train_batched`
+trains several models of one configuration (one per seed) as a single batched model with
+:func:`torch.func.stack_module_state` and :func:`torch.vmap`: the same updates, computed
+together.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -25,29 +32,30 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from companion.attention import scaled_dot_product_attention
+from companion import _validate
+from companion.attention import MultiHeadAttention
 from companion.extension import alibi_bias
 from companion.norm import LayerNorm, PostLNBlock, PreLNBlock, RMSNorm, mlp
 from companion.positional import sinusoidal_encoding
 from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
 
+__all__ = [
+    "ALiBiSelfAttention",
+    "CausalSelfAttention",
+    "ModelConfig",
+    "RotarySelfAttention",
+    "TinyTransformer",
+    "TrainingRun",
+    "accuracy",
+    "lag_task",
+    "parameter_count",
+    "train",
+    "train_batched",
+]
+
 PositionScheme = Literal["none", "sinusoidal", "learned", "rope", "alibi"]
 POSITION_SCHEMES: tuple[str, ...] = ("none", "sinusoidal", "learned", "rope", "alibi")
-IGNORE_INDEX = -100
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
-
-
-def _choice(name: str, value: object, options: tuple[str, ...]) -> str:
-    if value not in options:
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
-    return str(value)
+IGNORE_INDEX = -100  # torch's default ignore_index of cross_entropy
 
 
 @dataclass(frozen=True)
@@ -55,11 +63,12 @@ class ModelConfig:
     """Sizes and choices of a :class:`TinyTransformer`.
 
     Args:
-        vocab_size: number of token ids.
+        vocab_size: number of token ids, at least 2.
         dim: model width ``D``.
         num_heads: attention heads ``H``; ``dim`` must be divisible by it.
         num_layers: number of Transformer blocks.
-        position: ``"none"``, ``"sinusoidal"``, ``"learned"``, ``"rope"`` or ``"alibi"``.
+        position: ``"none"``, ``"sinusoidal"``, ``"learned"``, ``"rope"`` or
+            ``"alibi"``.
         norm: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm).
         placement: ``"pre"`` (Pre-LN, with a final norm) or ``"post"`` (Post-LN).
         max_len: rows of the learned position table (only for ``position="learned"``).
@@ -77,8 +86,9 @@ class ModelConfig:
     rope_base: float = 10000.0
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "dim", "num_heads", "num_layers", "max_len"):
-            _positive_int(name, getattr(self, name))
+        _validate.integer("vocab_size", self.vocab_size, minimum=2)
+        for name in ("dim", "num_heads", "num_layers", "max_len"):
+            _validate.positive_int(name, getattr(self, name))
         if self.dim % self.num_heads:
             raise ValueError(
                 f"dim must be divisible by num_heads, got dim={self.dim}, "
@@ -86,131 +96,247 @@ class ModelConfig:
             )
         if (self.dim // self.num_heads) % 2:
             raise ValueError(
-                f"head_dim = dim / num_heads must be even (RoPE rotates pairs), got "
+                "head_dim = dim / num_heads must be even (RoPE rotates pairs), got "
                 f"{self.dim // self.num_heads}"
             )
-        _choice("position", self.position, POSITION_SCHEMES)
-        _choice("norm", self.norm, ("layer", "rms"))
-        _choice("placement", self.placement, ("pre", "post"))
+        _validate.choice("position", self.position, POSITION_SCHEMES)
+        _validate.choice("norm", self.norm, ("layer", "rms"))
+        _validate.choice("placement", self.placement, ("pre", "post"))
+        _validate.real("rope_base", self.rope_base, exclusive_minimum=1.0)
 
 
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention whose position handling is one of the book's schemes.
+# ---- Attention: the chapter's multi-head attention, with a position step -------------
 
-    RoPE rotates queries and keys (half layout, as Hugging Face LLaMA); ALiBi adds its bias,
-    causal mask included, to the scores; every other scheme uses the plain causal mask. The
-    cos/sin table or the bias is computed from the input's length at each call, so the layer
-    runs at any length.
+
+class CausalSelfAttention(MultiHeadAttention):
+    """Causal self-attention without position information: the plain causal mask.
+
+    :class:`companion.attention.MultiHeadAttention` called with ``query = key = value =
+    x`` and ``is_causal=True``; the projections, the head split and the merge are its
+    own. The position schemes that act inside attention subclass this and override only
+    :meth:`~companion.attention.MultiHeadAttention.attend`.
+
+    Args:
+        dim: model width ``D``.
+        num_heads: heads ``H``; must divide ``dim``.
 
     Shape:
         - input: ``(B, L, D)``
         - output: ``(B, L, D)``
     """
 
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.num_heads = config.num_heads
-        self.head_dim = config.dim // config.num_heads
-        self.position = config.position
-        self.qkv = nn.Linear(config.dim, 3 * config.dim)
-        self.out = nn.Linear(config.dim, config.dim)
-        if self.position == "rope":
-            freqs = rope_frequencies(self.head_dim, base=config.rope_base)
-            self.register_buffer("rope_frequencies", freqs, persistent=False)
+    def __init__(self, dim: int, num_heads: int) -> None:
+        dim = _validate.positive_int("dim", dim)
+        num_heads = _validate.positive_int("num_heads", num_heads)
+        if dim % num_heads:
+            raise ValueError(
+                "dim must be divisible by num_heads, got "
+                f"dim={dim}, num_heads={num_heads}"
+            )
+        super().__init__(dim, num_heads)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, D = x.shape
-        qkv = self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim)  # (B, L, 3, H, Dh)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, Dh)
-        mask = None
-        if self.position == "rope":
-            cos, sin = rope_cos_sin(
-                torch.arange(L, device=x.device), self.rope_frequencies, dtype=x.dtype
-            )  # (L, Dh/2)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        elif self.position == "alibi":
-            mask = alibi_bias(self.num_heads, L, L, dtype=x.dtype, device=x.device)  # (H, L, L)
-        if mask is None:
-            y = scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, L, Dh)
-        else:
-            y = scaled_dot_product_attention(q, k, v, mask=mask)
-        return self.out(y.transpose(1, 2).reshape(B, L, D))  # (B, L, D)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        """Attend from every position of ``x`` to itself and the positions before it."""
+        _validate.tensor("x", x, ndim=3, meaning="(B, L, D)")
+        _validate.size("x", x, -1, self.embed_dim, "dim")
+        return super().forward(x, x, x, is_causal=True)
+
+
+class RotarySelfAttention(CausalSelfAttention):
+    """Causal self-attention with RoPE: queries and keys rotated before the scores.
+
+    The only override is the position step: rotate ``q`` and ``k`` by
+    :func:`companion.rope.apply_rope` (half layout, as Hugging Face LLaMA), then attend.
+    The cos/sin table is computed from the input's length at each call, so the layer
+    runs at any length.
+
+    Args:
+        dim: model width ``D``.
+        num_heads: heads ``H``; ``dim / num_heads`` must be even.
+        base: the RoPE base.
+
+    Shape:
+        - input: ``(B, L, D)``
+        - output: ``(B, L, D)``
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, base: float = 10000.0) -> None:
+        super().__init__(dim, num_heads)
+        if self.head_dim % 2:
+            raise ValueError(
+                "dim / num_heads must be even for RoPE (it rotates pairs), got "
+                f"{dim} / {num_heads} = {self.head_dim}"
+            )
+        base = _validate.real("base", base, exclusive_minimum=1.0)
+        freqs = rope_frequencies(self.head_dim, base=base)  # (D/2,) theta_i, float64
+        self.register_buffer("rope_frequencies", freqs, persistent=False)
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        L, S = query.shape[-2], key.shape[-2]
+        freqs = self.rope_frequencies
+        cos_q, sin_q = rope_cos_sin(torch.arange(S - L, S), freqs, dtype=query.dtype)
+        cos_k, sin_k = rope_cos_sin(torch.arange(S), freqs, dtype=key.dtype)
+        query = apply_rope(query, cos_q.to(query.device), sin_q.to(query.device))
+        key = apply_rope(key, cos_k.to(key.device), sin_k.to(key.device))
+        return super().attend(query, key, value, mask=mask, is_causal=is_causal)
+
+
+class ALiBiSelfAttention(CausalSelfAttention):
+    """Causal self-attention with ALiBi: the bias :math:`-m_h (i - j)` on the scores.
+
+    The only override is the position step: :func:`companion.extension.alibi_bias`
+    (causal mask included) becomes the additive mask of the attention. No parameters are
+    added.
+
+    Args:
+        dim: model width ``D``.
+        num_heads: heads ``H``.
+
+    Shape:
+        - input: ``(B, L, D)``
+        - output: ``(B, L, D)``
+    """
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        if mask is not None:
+            raise ValueError(
+                "mask must be None: ALiBiSelfAttention builds its own mask (the bias, "
+                f"causal when is_causal=True), got {_validate.describe(mask)}"
+            )
+        L, S = query.shape[-2], key.shape[-2]
+        bias = alibi_bias(
+            self.num_heads,
+            L,
+            S,
+            is_causal=is_causal,
+            dtype=query.dtype,
+            device=query.device,
+        )  # (H, L, S), -inf above the diagonal when causal
+        return super().attend(query, key, value, mask=bias)
+
+
+# ---- The model -----------------------------------------------------------------------
 
 
 class TinyTransformer(nn.Module):
     """A decoder-only Transformer small enough to train on a laptop CPU in seconds.
 
-    Token embedding, then the position scheme (added to the embedding for ``"sinusoidal"``
-    and ``"learned"``; inside attention for ``"rope"`` and ``"alibi"``; nothing for
-    ``"none"``), ``num_layers`` blocks of causal self-attention and MLP, each wrapped in a
-    Pre-LN or Post-LN residual block, a final norm for Pre-LN, and a linear head.
+    Token embedding, then the position scheme (added to the embedding for
+    ``"sinusoidal"`` and ``"learned"``; inside attention for ``"rope"`` and ``"alibi"``;
+    nothing for ``"none"``), ``num_layers`` blocks of causal self-attention and MLP,
+    each wrapped in a Pre-LN or Post-LN residual block, a final norm for Pre-LN, and a
+    linear head.
 
     A learned table has ``config.max_len`` rows and cannot encode a longer input:
-    :meth:`forward` raises a :class:`ValueError` then. Rows the training never reached stay at
-    their random initialisation; the capstone chapter measures what that does.
+    :meth:`forward` raises a :class:`ValueError` then. Rows the training never reached
+    stay at their random initialization; the capstone chapter measures what that does.
 
     Args:
         config: the sizes and choices.
 
     Shape:
-        - input: token ids ``(B, L)``
+        - input: token ids ``input_ids`` of shape ``(B, L)``, integers in
+          ``[0, vocab_size)``
         - output: logits ``(B, L, vocab_size)``
     """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        if not isinstance(config, ModelConfig):
-            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        _validate.instance("config", config, ModelConfig, "a ModelConfig")
         self.config = config
         D = config.dim
         self.embed = nn.Embedding(config.vocab_size, D)
         if config.position == "learned":
             self.position_table = nn.Embedding(config.max_len, D)
-        blocks = []
         block = PreLNBlock if config.placement == "pre" else PostLNBlock
+        blocks = []
         for _ in range(config.num_layers):
-            blocks.append(block(D, CausalSelfAttention(config), self._norm()))
+            blocks.append(block(D, self._attention(), self._norm()))
             blocks.append(block(D, mlp(D), self._norm()))
         self.blocks = nn.Sequential(*blocks)
         self.final_norm = self._norm() if config.placement == "pre" else nn.Identity()
         self.head = nn.Linear(D, config.vocab_size)
+
+    def _attention(self) -> CausalSelfAttention:
+        c = self.config
+        if c.position == "rope":
+            return RotarySelfAttention(c.dim, c.num_heads, base=c.rope_base)
+        if c.position == "alibi":
+            return ALiBiSelfAttention(c.dim, c.num_heads)
+        return CausalSelfAttention(c.dim, c.num_heads)
 
     def _norm(self) -> nn.Module:
         if self.config.norm == "layer":
             return LayerNorm(self.config.dim)
         return RMSNorm(self.config.dim, eps=1e-6)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long:
-            got = tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise TypeError(f"tokens must be a torch.long tensor, got {got}")
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens must have shape (B, L), got {tuple(tokens.shape)}")
-        L = tokens.shape[1]
-        x = self.embed(tokens)  # (B, L, D); N(0, 1) entries, the scale of the encodings
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Logits of the next token at every position of ``input_ids``."""
+        _validate.tensor(
+            "input_ids", input_ids, dtype="integer", ndim=2, meaning="(B, L)"
+        )
+        _validate.same_device("input_ids", input_ids, "the model", self.embed.weight)
+        B, L = input_ids.shape
+        V = self.config.vocab_size
+        if input_ids.numel() == 0:  # no positions (or no sequences): no logits
+            return self.head.weight.new_zeros(B, L, V)
+        low, high = input_ids.min().item(), input_ids.max().item()
+        if low < 0 or high >= V:
+            raise ValueError(
+                f"input_ids must be token ids in [0, {V - 1}] (vocab_size={V}), "
+                f"got ids from {low} to {high}"
+            )
+        if self.config.position == "learned" and L > self.config.max_len:
+            raise ValueError(
+                f"input_ids must have at most max_len={self.config.max_len} positions "
+                f"(a learned table has {self.config.max_len} rows and cannot encode "
+                f"more), got length {L}; build the model with max_len >= {L}"
+            )
+        return self._logits(input_ids.long())
+
+    def _logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` without the checks (they read values, which vmap cannot)."""
+        L = input_ids.shape[-1]
+        x = self.embed(
+            input_ids
+        )  # (B, L, D); N(0, 1) entries, the scale of the encodings
         if self.config.position == "learned":
-            if L > self.config.max_len:
-                raise ValueError(
-                    f"a learned position table has {self.config.max_len} rows and cannot "
-                    f"encode length {L}; build the model with max_len >= {L}"
-                )
             x = x + self.position_table.weight[:L]  # (L, D) broadcasts over B
         elif self.config.position == "sinusoidal":
-            x = x + sinusoidal_encoding(L, self.config.dim, dtype=x.dtype, device=x.device)
+            x = x + sinusoidal_encoding(
+                L, self.config.dim, dtype=x.dtype, device=x.device
+            )
         x = self.final_norm(self.blocks(x))  # (B, L, D)
         return self.head(x)  # (B, L, V)
 
 
 def parameter_count(model: nn.Module) -> int:
-    """Number of trainable parameters of ``model``."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    """Number of trainable parameters of ``model``.
+
+    Args:
+        model: any :class:`torch.nn.Module`.
+    """
+    _validate.module("model", model)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-# ---------------------------------------------------------------------------------------------
-# The task
-# ---------------------------------------------------------------------------------------------
+# ---- The task ------------------------------------------------------------------------
 
 
 def lag_task(
@@ -226,16 +352,16 @@ def lag_task(
 
     Tokens are uniform random ids; the target at position ``t`` is the token at
     ``t - lag``. The first ``lag`` positions have no answer and carry the ignore index
-    ``-100`` (skipped by :func:`torch.nn.functional.cross_entropy` and by :func:`accuracy`).
-    The answer is defined at every length, and content alone cannot find it: a model must
-    know where "``lag`` places back" is.
+    ``-100`` (skipped by :func:`torch.nn.functional.cross_entropy` and by
+    :func:`accuracy`). The answer is defined at every length, and content alone cannot
+    find it: a model must know where "``lag`` places back" is.
 
     Args:
         batch_size: sequences in the batch.
         length: ``L``, longer than ``lag``.
         lag: how far back the answer is, positive.
         vocab_size: number of token ids, at least 2.
-        generator: a seeded generator for reproducible batches.
+        generator: a seeded CPU generator for reproducible batches.
         device: where to put the batch.
 
     Returns:
@@ -245,23 +371,30 @@ def lag_task(
         - tokens: ``(B, L)`` long
         - targets: ``(B, L)`` long, ``-100`` at positions ``t < lag``
     """
-    _positive_int("batch_size", batch_size)
-    _positive_int("length", length)
-    _positive_int("lag", lag)
-    _positive_int("vocab_size", vocab_size)
-    if vocab_size < 2:
-        raise ValueError(f"vocab_size must be at least 2, got {vocab_size}")
-    if length <= lag:
-        raise ValueError(f"length must be greater than lag, got length={length}, lag={lag}")
+    _task_sizes(batch_size, length, lag, vocab_size)
+    if generator is not None:
+        _validate.instance("generator", generator, torch.Generator, "a torch.Generator")
+    device = _validate.device("device", device)
     tokens = torch.randint(vocab_size, (batch_size, length), generator=generator)
     targets = torch.full_like(tokens, IGNORE_INDEX)
     targets[:, lag:] = tokens[:, :-lag]
     return tokens.to(device), targets.to(device)
 
 
-# ---------------------------------------------------------------------------------------------
-# Training and evaluation
-# ---------------------------------------------------------------------------------------------
+def _task_sizes(
+    batch_size: object, length: object, lag: object, vocab_size: object
+) -> None:
+    _validate.positive_int("batch_size", batch_size)
+    _validate.positive_int("length", length)
+    _validate.positive_int("lag", lag)
+    _validate.integer("vocab_size", vocab_size, minimum=2)
+    if length <= lag:  # type: ignore[operator]
+        raise ValueError(
+            f"length must be greater than lag, got length={length}, lag={lag}"
+        )
+
+
+# ---- Training and evaluation ---------------------------------------------------------
 
 
 @dataclass
@@ -271,11 +404,39 @@ class TrainingRun:
     losses: list[float] = field(default_factory=list)
     learning_rates: list[float] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        for name in ("losses", "learning_rates"):
+            value = getattr(self, name)
+            if not isinstance(value, list):
+                raise _validate._fail(TypeError, name, "a list of floats", value)
+        if len(self.learning_rates) != len(self.losses):
+            raise ValueError(
+                f"learning_rates must hold one rate per loss ({len(self.losses)}), got "
+                f"{len(self.learning_rates)}"
+            )
 
-def _check_model(model: object) -> nn.Module:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    return model
+
+def _trainable(name: str, model: object) -> ModelConfig:
+    """A module with a ``.config`` (a :class:`TinyTransformer`); returns the config."""
+    _validate.module(name, model)
+    config = getattr(model, "config", None)
+    _validate.instance(f"{name}.config", config, ModelConfig, "a ModelConfig")
+    return config  # type: ignore[return-value]
+
+
+def _schedule(
+    steps: object, lr: object, warmup_steps: object, seed: object
+) -> tuple[int, float, int]:
+    steps = _validate.positive_int("steps", steps)
+    lr = _validate.positive_real("lr", lr)
+    warmup_steps = _validate.nonnegative_int("warmup_steps", warmup_steps)
+    _validate.integer("seed", seed, minimum=0)
+    return steps, lr, warmup_steps
+
+
+def _rate(lr: float, warmup_steps: int, step: int) -> float:
+    """Linear warm-up over ``warmup_steps`` steps, then constant."""
+    return lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps else lr
 
 
 def train(
@@ -291,47 +452,47 @@ def train(
 ) -> TrainingRun:
     """Train ``model`` on :func:`lag_task` with AdamW and a cross-entropy loss.
 
-    The learning rate rises linearly over ``warmup_steps`` (none by default) and then stays
-    constant, so a comparison with and without warm-up changes one thing only. Batches come
-    from a generator seeded with ``seed``; seed the model's initialisation yourself
-    (:func:`companion.environment.seed_everything`) before building it.
+    The learning rate rises linearly over ``warmup_steps`` (none by default) and then
+    stays constant, so a comparison with and without warm-up changes one thing only.
+    Batches come from a generator seeded with ``seed``; seed the model's initialization
+    yourself (:func:`companion.environment.seed_everything`) before building it.
 
     Args:
-        model: a :class:`TinyTransformer` (any model mapping ``(B, L)`` ids to logits).
-        steps: optimisation steps.
+        model: a :class:`TinyTransformer` (any module with its ``.config`` that maps
+            ``(B, L)`` ids to logits).
+        steps: optimization steps.
         batch_size: sequences per step.
         length: training length ``L_train``.
         lag: the task's lag.
         lr: peak learning rate.
         warmup_steps: linear warm-up steps (0 for none).
-        seed: seed of the batch generator.
+        seed: seed of the batch generator, a non-negative int.
 
     Returns:
         A :class:`TrainingRun` with one loss per step.
     """
-    model = _check_model(model)
-    _positive_int("steps", steps)
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be a non-negative int, got {warmup_steps!r}")
-    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    vocab_size = model.config.vocab_size if hasattr(model, "config") else None
-    if vocab_size is None:
-        raise TypeError("model must have a .config with vocab_size (a TinyTransformer)")
+    config = _trainable("model", model)
+    steps, lr, warmup_steps = _schedule(steps, lr, warmup_steps, seed)
+    _task_sizes(batch_size, length, lag, config.vocab_size)
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     run = TrainingRun()
     model.train()
     for step in range(steps):
-        rate = lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps else lr
+        rate = _rate(lr, warmup_steps, step)
         for group in optimizer.param_groups:
             group["lr"] = rate
         tokens, targets = lag_task(
-            batch_size, length, lag=lag, vocab_size=vocab_size, generator=generator, device=device
+            batch_size,
+            length,
+            lag=lag,
+            vocab_size=config.vocab_size,
+            generator=generator,
+            device=device,
         )
         logits = model(tokens)  # (B, L, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # skips -100
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -339,6 +500,137 @@ def train(
         run.learning_rates.append(rate)
     model.eval()
     return run
+
+
+class _Logits(nn.Module):
+    """Wraps a :class:`TinyTransformer` to call it without the value checks (vmap)."""
+
+    def __init__(self, net: TinyTransformer) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.net._logits(input_ids)
+
+
+def train_batched(
+    models: Sequence[TinyTransformer],
+    *,
+    seeds: Sequence[int],
+    steps: int,
+    batch_size: int,
+    length: int,
+    lag: int,
+    lr: float = 3e-3,
+    warmup_steps: int = 0,
+    progress: bool = False,
+) -> list[TrainingRun]:
+    """Train several models of one configuration at once, as one batched model.
+
+    Equivalent to the following, computed together::
+
+        [train(m, steps=steps, ..., seed=s) for m, s in zip(models, seeds)]
+
+    The models' parameters are stacked along a new leading axis
+    (:func:`torch.func.stack_module_state`), one forward pass is
+    :func:`torch.vmap` of :func:`torch.func.functional_call` over that axis and over the
+    models' own batches, and one AdamW steps all stacked tensors. AdamW acts element by
+    element, so each model gets exactly its own update; the batched matrix products may
+    round differently from one-at-a-time ones (last-bit differences). The trained
+    weights are copied back into ``models``.
+
+    Args:
+        models: :class:`TinyTransformer` s with equal configs, on one device, each built
+            from its own seed.
+        seeds: one batch-generator seed per model, as :func:`train`'s ``seed``.
+        steps: optimization steps.
+        batch_size: sequences per step and model.
+        length: training length ``L_train``.
+        lag: the task's lag.
+        lr: peak learning rate.
+        warmup_steps: linear warm-up steps (0 for none).
+        progress: print the mean loss ten times during training (for interactive use).
+
+    Returns:
+        One :class:`TrainingRun` per model, in order.
+    """
+    if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
+        raise _validate._fail(
+            TypeError, "models", "a non-empty sequence of TinyTransformers", models
+        )
+    for i, m in enumerate(models):
+        _validate.module(f"models[{i}]", m, TinyTransformer)
+        if m.config != models[0].config:
+            raise ValueError(
+                f"models must share one config, got models[{i}].config={m.config} and "
+                f"models[0].config={models[0].config}"
+            )
+        _validate.same_device(
+            f"models[{i}]'s parameters",
+            m.embed.weight,
+            "models[0]'s parameters",
+            models[0].embed.weight,
+        )
+    if len({id(m) for m in models}) != len(models):
+        raise ValueError("models must be distinct modules, got the same module twice")
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
+        raise _validate._fail(TypeError, "seeds", "a sequence of ints", seeds)
+    if len(seeds) != len(models):
+        raise ValueError(
+            f"seeds must hold one seed per model ({len(models)}), "
+            f"got {len(seeds)} seeds"
+        )
+    seeds = [
+        _validate.integer(f"seeds[{i}]", s, minimum=0) for i, s in enumerate(seeds)
+    ]
+    steps, lr, warmup_steps = _schedule(steps, lr, warmup_steps, 0)
+    config = models[0].config
+    _task_sizes(batch_size, length, lag, config.vocab_size)
+    progress = _validate.flag("progress", progress)
+
+    device = models[0].embed.weight.device
+    base = _Logits(models[0])
+    wrapped = [_Logits(m) for m in models]
+    params, buffers = torch.func.stack_module_state(wrapped)  # name -> (M, ...)
+    buffers = {name: b[0] for name, b in buffers.items()}  # equal in every model
+
+    def loss_of(p: dict, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = torch.func.functional_call(base, (p, buffers), (tokens,))  # (B, L, V)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # skips -100
+
+    batched_loss = torch.vmap(loss_of)  # over the models' axis of p, tokens, targets
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    optimizer = torch.optim.AdamW(params.values(), lr=lr, weight_decay=0.0)
+    runs = [TrainingRun() for _ in models]
+    every = max(1, steps // 10)
+    for step in range(steps):
+        rate = _rate(lr, warmup_steps, step)
+        for group in optimizer.param_groups:
+            group["lr"] = rate
+        batches = [
+            lag_task(
+                batch_size, length, lag=lag, vocab_size=config.vocab_size, generator=g
+            )
+            for g in generators
+        ]
+        tokens = torch.stack([t for t, _ in batches]).to(device)  # (M, B, L)
+        targets = torch.stack([y for _, y in batches]).to(device)  # (M, B, L)
+        losses = batched_loss(params, tokens, targets)  # (M,)
+        optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()  # no shared parameter: each model gets its own gradient
+        optimizer.step()
+        for run, value in zip(runs, losses.tolist(), strict=True):
+            run.losses.append(value)
+            run.learning_rates.append(rate)
+        if progress and ((step + 1) % every == 0 or step + 1 == steps):
+            print(f"step {step + 1:>5}/{steps}: mean loss {losses.mean().item():.4f}")
+    with torch.no_grad():
+        for i, m in enumerate(wrapped):
+            for name, p in m.named_parameters():
+                p.copy_(params[name][i])
+    for m in models:
+        m.eval()
+    return runs
 
 
 @torch.no_grad()
@@ -353,7 +645,7 @@ def accuracy(
     """Fraction of positions ``t >= lag`` where the model's top token is the right one.
 
     Args:
-        model: a trained :class:`TinyTransformer`.
+        model: a trained :class:`TinyTransformer` (any module with its ``.config``).
         length: evaluation length (may exceed the training length).
         lag: the task's lag.
         num_sequences: sequences to evaluate on.
@@ -362,14 +654,17 @@ def accuracy(
     Returns:
         The accuracy in ``[0, 1]``; chance is ``1 / vocab_size``.
     """
-    model = _check_model(model)
+    config = _trainable("model", model)
+    _validate.positive_int("num_sequences", num_sequences)
+    _task_sizes(num_sequences, length, lag, config.vocab_size)
+    _validate.integer("seed", seed, minimum=0)
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     tokens, targets = lag_task(
         num_sequences,
         length,
         lag=lag,
-        vocab_size=model.config.vocab_size,
+        vocab_size=config.vocab_size,
         generator=generator,
         device=device,
     )
