@@ -6,9 +6,10 @@ m - n and not symmetric, s(10, 7) != s(7, 10), with Hugging Face's
 apply_rotary_pos_emb as the oracle; the row-form rotation is the complex multiplication;
 the additive position term p_m A p_n^T is not Toeplitz although p_m p_n^T is; with
 Hugging Face's float32 angles pair 0 is exact and pair 1 is the worst (0.03-0.1 rad near
-2^20), and the table error grows with slope 1 in m; the three position terms of the additive score each break
-the structure in every draw, but "within a factor of two" is not a claim that holds; the
-relative upper bound falls from 32.5 to about a third by distance 100.
+2^20), and the table error grows with slope 1 in m; the three position terms of the
+additive score each break the structure in every draw, but "within a factor of two" is
+not a claim that holds; the relative upper bound falls from 32.5 to about a third by
+distance 100.
 """
 
 from __future__ import annotations
