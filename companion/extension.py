@@ -103,10 +103,8 @@ def linear_scaling_frequencies(
     Shape:
         - output: ``(D/2,)``
     """
-    d = _validate.positive_int("head_dim", head_dim, even=True)
-    b = _validate.real("base", base, exclusive_minimum=1.0)
     s = _validate.real("factor", factor, minimum=1.0)
-    return _frequencies(d, b) / s
+    return _frequencies("head_dim", head_dim, base) / s
 
 
 def ntk_aware_base(base: float, factor: float, head_dim: int) -> float:
@@ -150,8 +148,7 @@ def ntk_scaling_frequencies(
     Shape:
         - output: ``(D/2,)``
     """
-    b = ntk_aware_base(base, factor, head_dim)  # validates all three
-    return _frequencies(int(head_dim), b)
+    return _frequencies("head_dim", head_dim, ntk_aware_base(base, factor, head_dim))
 
 
 def dynamic_ntk_frequencies(
@@ -187,16 +184,15 @@ def dynamic_ntk_frequencies(
     Shape:
         - output: ``(D/2,)``
     """
-    d = _validate.integer("head_dim", head_dim, minimum=4, even=True)
-    b = _validate.real("base", base, exclusive_minimum=1.0)
     s = _validate.real("factor", factor, minimum=1.0)
     n0 = _validate.positive_int(
         "original_max_position_embeddings", original_max_position_embeddings
     )
-    n = _validate.nonnegative_int("seq_len", seq_len)
-    n = max(n, n0)  # below the training length: the original frequencies
-    effective = s * n / n0 - (s - 1)
-    return _frequencies(d, ntk_aware_base(b, effective, d))
+    n = max(_validate.nonnegative_int("seq_len", seq_len), n0)  # at least L0: no change
+    effective = s * n / n0 - (
+        s - 1
+    )  # >= 1; head_dim and base checked by the call below
+    return ntk_scaling_frequencies(head_dim, base=base, factor=effective)
 
 
 def yarn_correction_range(
@@ -349,13 +345,11 @@ def yarn_frequencies(
     Shape:
         - inv_freq: ``(D/2,)``
     """
-    d = _validate.positive_int("head_dim", head_dim, even=True)
-    b = _validate.real("base", base, exclusive_minimum=1.0)
     s = _validate.real("factor", factor, minimum=1.0)
     mscale = _validate.optional(
         _validate.positive_real, "attention_factor", attention_factor
     )
-    ramp = yarn_ramp(  # validates the training length, the betas and truncate
+    ramp = yarn_ramp(  # validates head_dim, base, the training length, betas, truncate
         head_dim,
         base=base,
         original_max_position_embeddings=original_max_position_embeddings,
@@ -365,7 +359,7 @@ def yarn_frequencies(
     )
     if mscale is None:
         mscale = yarn_attention_factor(s)
-    theta = _frequencies(d, b)
+    theta = _frequencies("head_dim", head_dim, base)
     return theta * ((1 - ramp) + ramp / s), mscale
 
 
@@ -405,8 +399,6 @@ def llama3_frequencies(
     Shape:
         - output: ``(D/2,)``
     """
-    d = _validate.positive_int("head_dim", head_dim, even=True)
-    b = _validate.real("base", base, exclusive_minimum=1.0)
     s = _validate.real("factor", factor, minimum=1.0)
     lo = _validate.positive_real("low_freq_factor", low_freq_factor)
     hi = _validate.positive_real("high_freq_factor", high_freq_factor)
@@ -418,7 +410,7 @@ def llama3_frequencies(
             f"high_freq_factor must be > low_freq_factor, got high_freq_factor={hi:g}, "
             f"low_freq_factor={lo:g}"
         )
-    theta = _frequencies(d, b)
+    theta = _frequencies("head_dim", head_dim, base)  # validates both first
     wavelength = 2 * math.pi / theta
     mu = ((n0 / wavelength - lo) / (hi - lo)).clamp(0.0, 1.0)  # 0 = scaled, 1 = kept
     scaled = (1 - mu) * theta / s + mu * theta

@@ -46,12 +46,16 @@ __all__ = [
 ]
 
 
-def _frequencies(dim: int, base: float) -> Tensor:
-    """``base ** (-2i / dim)`` for ``i = 0 .. dim/2 - 1``, float64 on the CPU (validated args).
+def _frequencies(name: str, dim: object, base: object) -> Tensor:
+    """``base ** (-2i / dim)`` for ``i = 0 .. dim/2 - 1``, float64 on the CPU.
 
-    The one implementation of the geometric progression shared by
-    :func:`sinusoidal_frequencies` and :func:`companion.rope.rope_frequencies`.
+    The one implementation of the geometric progression, shared by
+    :func:`sinusoidal_frequencies`, :func:`companion.rope.rope_frequencies` and the scaled
+    frequencies of :mod:`companion.extension`. Validates ``dim`` (reported as ``name``:
+    ``"dim"`` here, ``"head_dim"`` for RoPE) and ``base`` before computing.
     """
+    dim = _validate.positive_int(name, dim, even=True)
+    base = _validate.real("base", base, exclusive_minimum=1.0)
     i = torch.arange(dim // 2, dtype=torch.float64)  # pair index, 0 .. D/2 - 1
     return base ** (-2.0 * i / dim)
 
@@ -73,9 +77,7 @@ def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> Tensor:
     Shape:
         output: ``(D // 2,)``.
     """
-    dim = _validate.positive_int("dim", dim, even=True)
-    base = _validate.real("base", base, exclusive_minimum=1.0)
-    return _frequencies(dim, base)
+    return _frequencies("dim", dim, base)
 
 
 def sinusoidal_wavelengths(dim: int, *, base: float = 10000.0) -> Tensor:
@@ -128,11 +130,9 @@ def sinusoidal_encoding(
         output: ``(L, D)``.
     """
     num_positions = _validate.nonnegative_int("num_positions", num_positions)
-    dim = _validate.positive_int("dim", dim, even=True)
-    base = _validate.real("base", base, exclusive_minimum=1.0)
     dtype = _validate.dtype("dtype", dtype)
     device = _validate.device("device", device)
-    omega = _frequencies(dim, base).to(device)  # (D/2,) float64
+    omega = _frequencies("dim", dim, base).to(device)  # (D/2,) float64
     pos = torch.arange(num_positions, dtype=torch.float64, device=device)  # (L,)
     angles = pos[:, None] * omega[None, :]  # (L, D/2), float64: exact at pos = 1e6
     pe = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1)  # (L, D/2, 2)
@@ -176,11 +176,9 @@ def shift_matrix(
         output: ``(D, D)``.
     """
     k = _validate.real("k", k)
-    dim = _validate.positive_int("dim", dim, even=True)
-    base = _validate.real("base", base, exclusive_minimum=1.0)
     dtype = _validate.dtype("dtype", dtype)
     device = _validate.device("device", device)
-    angle = k * _frequencies(dim, base)  # (D/2,) float64
+    angle = k * _frequencies("dim", dim, base)  # (D/2,) float64
     c, s = torch.cos(angle), torch.sin(angle)
     rows = (torch.stack((c, -s), -1), torch.stack((s, c), -1))  # (D/2, 2) each
     blocks = torch.stack(rows, -2)  # (D/2, 2, 2)
@@ -208,9 +206,7 @@ def sinusoidal_dot_products(
         offsets: ``(...)``; output: ``(...)``.
     """
     offsets = _validate.tensor("offsets", offsets, dtype=("integer", "floating"))
-    dim = _validate.positive_int("dim", dim, even=True)
-    base = _validate.real("base", base, exclusive_minimum=1.0)
-    omega = _frequencies(dim, base).to(offsets.device)  # (D/2,)
+    omega = _frequencies("dim", dim, base).to(offsets.device)  # (D/2,)
     k = offsets.to(torch.float64)
     return torch.cos(k[..., None] * omega).sum(-1)  # (...)
 
