@@ -78,9 +78,7 @@ def rope_frequencies(head_dim: int, *, base: float = 10000.0) -> Tensor:
     Shape:
         output: ``(D // 2,)``.
     """
-    head_dim = _validate.positive_int("head_dim", head_dim, even=True)
-    base = _validate.real("base", base, exclusive_minimum=1.0)
-    return _frequencies(head_dim, base)
+    return _frequencies("head_dim", head_dim, base)
 
 
 def _angles(
@@ -178,7 +176,7 @@ def rotate_half(x: Tensor) -> Tensor:
         x: a floating-point tensor whose last axis holds the two halves.
 
     Returns:
-        The rotated tensor, same dtype and device.
+        ``cat((-x2, x1), dim=-1)`` for the halves ``x1, x2``, same dtype and device as ``x``.
 
     Shape:
         x: ``(..., D)`` with ``D`` even and positive.
@@ -199,7 +197,7 @@ def rotate_interleaved(x: Tensor) -> Tensor:
         x: a floating-point tensor whose last axis holds the pairs side by side.
 
     Returns:
-        The rotated tensor, same dtype and device.
+        The pairs ``(-x[2i + 1], x[2i])`` side by side, same dtype and device as ``x``.
 
     Shape:
         x: ``(..., D)`` with ``D`` even and positive.
@@ -223,10 +221,7 @@ def interleaved_to_half_permutation(head_dim: int) -> Tensor:
         head_dim: the head width ``D``; a positive even integer.
 
     Returns:
-        The permutation, int64.
-
-    Shape:
-        output: ``(D,)``.
+        The permutation ``[0, 2, ..., D - 2, 1, 3, ..., D - 1]``, int64, shape ``(D,)``.
     """
     head_dim = _validate.positive_int("head_dim", head_dim, even=True)
     return torch.arange(head_dim).view(head_dim // 2, 2).t().reshape(head_dim)
@@ -240,10 +235,7 @@ def half_to_interleaved_permutation(head_dim: int) -> Tensor:
         head_dim: the head width ``D``; a positive even integer.
 
     Returns:
-        The permutation, int64.
-
-    Shape:
-        output: ``(D,)``.
+        The permutation ``[0, D/2, 1, D/2 + 1, ...]``, int64, shape ``(D,)``.
     """
     head_dim = _validate.positive_int("head_dim", head_dim, even=True)
     return torch.arange(head_dim).view(2, head_dim // 2).t().reshape(head_dim)
