@@ -17,8 +17,9 @@ BLOOM           ALiBi                      LayerNorm   GELU (tanh)        serial
 
 Every block is pre-norm; attention is
 :func:`companion.attention.scaled_dot_product_attention`, with grouped-query and
-multi-query attention (fewer key/value heads than query heads) done by broadcasting, not
-by copying keys; RoPE is :func:`companion.rope.apply_rope` on the table of
+multi-query attention (fewer key/value heads than query heads) done by stacking the
+query heads that share a key/value head along the query axis, not by copying keys; RoPE
+is :func:`companion.rope.apply_rope` on the table of
 :func:`companion.rope.rope_cos_sin` with the frequencies of
 :func:`companion.rope.rope_frequencies` or of :mod:`companion.extension` (linear,
 dynamic NTK, YaRN, Llama 3); ALiBi is :func:`companion.extension.alibi_bias`; the norms
@@ -227,19 +228,18 @@ class DecoderBlock(nn.Module):
         if past is not None:
             k = torch.cat((past[0], k), dim=2)  # (B, Hkv, S, D)
             v = torch.cat((past[1], v), dim=2)
-        groups = s.num_heads // s.num_kv_heads  # query heads per key/value head
-        qg = q.view(B, s.num_kv_heads, groups, L, s.head_dim)  # (B, Hkv, G, L, D)
-        if mask is not None and mask.ndim == 3:  # ALiBi's (H, L, S) bias
-            mask = mask.view(s.num_kv_heads, groups, *mask.shape[1:])  # (Hkv, G, L, S)
-        out = scaled_dot_product_attention(
-            qg,
-            k.unsqueeze(2),  # (B, Hkv, 1, S, D): one key head serves G query heads
-            v.unsqueeze(2),
-            mask=mask,
-            is_causal=mask is None and past is None and L > 1,
-            scale=self.scale,
-        )  # (B, Hkv, G, L, D)
-        out = out.reshape(B, s.num_heads, L, s.head_dim).transpose(1, 2)  # (B, L, H, D)
+        # GQA/MQA: the G query heads that share a key/value head are stacked along the
+        # query axis, so each key head is read once and never copied (HF's repeat_kv
+        # copies it G times); heads are ordered so that head h uses key head h // G
+        groups = s.num_heads // s.num_kv_heads
+        q = q.reshape(B, s.num_kv_heads, groups * L, s.head_dim)  # (B, Hkv, G*L, D)
+        if mask is not None and groups > 1:
+            if mask.ndim == 3:  # ALiBi's bias per head (H, L, S)
+                mask = mask.reshape(s.num_kv_heads, groups * L, -1)  # (Hkv, G*L, S)
+            else:  # one causal mask (L, S) for each of the G stacked heads
+                mask = mask.repeat(groups, 1)  # (G*L, S)
+        out = scaled_dot_product_attention(q, k, v, mask=mask, scale=self.scale)
+        out = out.view(B, s.num_heads, L, s.head_dim).transpose(1, 2)  # (B, L, H, D)
         return self.o_proj(out.reshape(B, L, -1)), (k, v)
 
     def mlp(self, x: Tensor) -> Tensor:
@@ -385,7 +385,7 @@ class Decoder(nn.Module):
             rope = _rope_table(s, positions, S, x.dtype)
         if s.positions == "alibi":  # -m_h (i - j), -inf after the query: (H, L, S)
             mask = alibi_bias(s.num_heads, L, S, dtype=x.dtype, device=x.device)
-        elif past_length and L > 1:  # new queries see the cache and earlier new tokens
+        elif L > 1:  # query i at position S - L + i sees keys j <= S - L + i: (L, S)
             mask = causal_mask(L, S, alignment="bottom_right", device=x.device)
         present = []
         for i, block in enumerate(self.blocks):

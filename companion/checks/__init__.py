@@ -82,6 +82,11 @@ from companion.checks.attention import (
     check_split_heads,
     check_tiled_attention,
 )
+from companion.checks.decoder import (
+    check_cached_attention,
+    check_kv_cache_bytes,
+    check_repeat_kv,
+)
 from companion.checks.environment import check_softmax
 from companion.checks.extension import (
     check_alibi_slopes,
@@ -129,8 +134,10 @@ __all__ = [
     "check_apply_rope",
     "check_attention",
     "check_batch_norm",
+    "check_cached_attention",
     "check_causal_mask",
     "check_dot_product_curve",
+    "check_kv_cache_bytes",
     "check_lag_targets",
     "check_layer_norm",
     "check_llama3_frequencies",
@@ -138,6 +145,7 @@ __all__ = [
     "check_masked_attention",
     "check_normalized_positions",
     "check_ntk_aware_base",
+    "check_repeat_kv",
     "check_residual_blocks",
     "check_rms_norm",
     "check_roofline_time",
