@@ -258,8 +258,9 @@ def expect_close(
             check,
             prop,
             where,
-            "Targets are class indices: return an integer tensor (torch.long), as "
-            "F.cross_entropy requires; a float tensor is read as probabilities.",
+            'This is the known mistake "float targets": targets are class indices, so '
+            "return an integer tensor (torch.long), as F.cross_entropy requires; it reads "
+            "a float tensor as class probabilities.",
             expected=f"an integer dtype such as {expected.dtype}",
             got=str(tensor.dtype),
             mistake="float targets",

@@ -1,0 +1,263 @@
+"""Chapter 04's checkers (attention): correct answers in several styles, torch's own
+included, pass; each named mistake is named."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from companion import checks
+from companion.attention import (
+    causal_mask,
+    scaled_dot_product_attention,
+    tiled_attention,
+)
+
+# ---- check_attention -------------------------------------------------------------------
+
+
+def attention_loops(query, key, value):
+    out = torch.empty(*query.shape[:-1], value.shape[-1])
+    flat_q, flat_k, flat_v = (t.reshape(-1, *t.shape[-2:]) for t in (query, key, value))
+    flat_out = out.view(-1, *out.shape[-2:])
+    for b in range(flat_q.shape[0]):
+        for i in range(flat_q.shape[1]):
+            scores = [float(flat_q[b, i] @ flat_k[b, j]) / math.sqrt(query.shape[-1])
+                      for j in range(flat_k.shape[1])]  # fmt: skip
+            top = max(scores)
+            weights = [math.exp(s - top) for s in scores]
+            total = sum(weights)
+            flat_out[b, i] = sum(
+                w / total * flat_v[b, j] for j, w in enumerate(weights)
+            )
+    return out
+
+
+def attention_numpy(q, k, v, /):
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ v
+
+
+def attention_in_place(query, key, value):
+    query /= math.sqrt(query.shape[-1])  # modifies the caller's tensor
+    return torch.softmax(query @ key.mT, dim=-1) @ value
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        attention_loops,
+        attention_numpy,
+        attention_in_place,
+        F.scaled_dot_product_attention,
+        lambda query, key, value: scaled_dot_product_attention(query, key, value),
+    ],
+    ids=["loops", "numpy", "in-place", "torch-sdpa", "companion"],
+)
+def test_attention_accepts(answer) -> None:
+    assert checks.check_attention(answer)
+
+
+@pytest.mark.parametrize(
+    ("answer", "name"),
+    [
+        (lambda q, k, v: torch.softmax(q @ k.mT, dim=-1) @ v, "missing 1/sqrt(d_k)"),
+        (
+            lambda q, k, v: torch.softmax(q @ k.mT / q.shape[-1] ** 0.5, dim=-2) @ v,
+            "softmax over the wrong axis",
+        ),
+        (
+            lambda q, k, v: torch.softmax(q @ k.mT / q.shape[-1], dim=-1) @ v,
+            "divided by d_k instead of sqrt(d_k)",
+        ),
+    ],
+)
+def test_attention_names(answer, name, named) -> None:
+    named(lambda: checks.check_attention(answer), name)
+
+
+# ---- check_masked_attention -------------------------------------------------------------
+
+
+def masked_fill(query, key, value, mask):
+    scores = query @ key.mT / math.sqrt(query.shape[-1])
+    return torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1) @ value
+
+
+def masked_additive(q, k, v, allowed, /):
+    bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+    return torch.softmax(q @ k.mT / math.sqrt(q.shape[-1]) + bias, dim=-1) @ v
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        masked_fill,
+        masked_additive,
+        lambda query, key, value, mask: F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask
+        ),
+    ],
+    ids=["masked_fill", "additive", "torch-sdpa"],
+)
+def test_masked_attention_accepts(answer) -> None:
+    assert checks.check_masked_attention(answer)
+
+
+def test_masked_attention_names(named) -> None:
+    def after(query, key, value, mask):
+        weights = torch.softmax(query @ key.mT / query.shape[-1] ** 0.5, dim=-1)
+        return weights.masked_fill(~mask, 0.0) @ value
+
+    named(
+        lambda: checks.check_masked_attention(after), "mask applied after the softmax"
+    )
+    named(
+        lambda: checks.check_masked_attention(
+            lambda q, k, v, m: masked_fill(q, k, v, ~m)
+        ),
+        "mask inverted",
+    )
+
+    def unscaled(query, key, value, mask):
+        return torch.softmax((query @ key.mT).masked_fill(~mask, -math.inf), -1) @ value
+
+    named(lambda: checks.check_masked_attention(unscaled), "missing 1/sqrt(d_k)")
+
+
+# ---- check_causal_mask -----------------------------------------------------------------
+
+
+def causal_loops(query_length, key_length):
+    return [[j <= i for j in range(key_length)] for i in range(query_length)]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda query_length, key_length: causal_mask(query_length, key_length),
+        causal_loops,
+        lambda n, m, /: np.tril(np.ones((n, m), dtype=bool)),
+        lambda n, m: torch.arange(m)[None, :] <= torch.arange(n)[:, None],
+    ],
+    ids=["companion", "lists", "numpy", "broadcast"],
+)
+def test_causal_mask_accepts(answer) -> None:
+    assert checks.check_causal_mask(answer)
+
+
+def test_causal_mask_names(named) -> None:
+    def tril(diagonal):
+        return lambda n, m: torch.ones(n, m, dtype=torch.bool).tril(diagonal)
+
+    named(
+        lambda: checks.check_causal_mask(tril(-1)),
+        "causal mask off by one (the diagonal is excluded)",
+    )
+    named(
+        lambda: checks.check_causal_mask(tril(1)),
+        "causal mask off by one (one future key is visible)",
+    )
+    named(
+        lambda: checks.check_causal_mask(lambda n, m: ~tril(0)(n, m)), "mask inverted"
+    )
+
+    def bottom_right(query_length, key_length):
+        return causal_mask(query_length, key_length, alignment="bottom_right")
+
+    named(lambda: checks.check_causal_mask(bottom_right), "bottom-right alignment")
+
+
+def test_causal_mask_wants_bool() -> None:
+    with pytest.raises(
+        checks.CheckError, match=r"expected: torch.bool\n  got:      torch.int32"
+    ):
+        checks.check_causal_mask(lambda n, m: causal_mask(n, m).int())
+
+
+# ---- check_split_heads -----------------------------------------------------------------
+
+
+def split_loops(x, num_heads):
+    width = x.shape[-1] // num_heads
+    return torch.stack(
+        [x[..., h * width : (h + 1) * width] for h in range(num_heads)], dim=1
+    )
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda x, num_heads: x.view(x.shape[0], x.shape[1], num_heads, -1).transpose(
+            1, 2
+        ),
+        split_loops,
+        lambda t, h, /: np.moveaxis(t.numpy().reshape(*t.shape[:2], h, -1), 2, 1),
+        lambda x, num_heads: torch.stack(x.chunk(num_heads, dim=-1), dim=1),
+    ],
+    ids=["view-transpose", "loops", "numpy", "chunk"],
+)
+def test_split_heads_accepts(answer) -> None:
+    assert checks.check_split_heads(answer)
+
+
+def test_split_heads_names(named) -> None:
+    named(
+        lambda: checks.check_split_heads(
+            lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1)
+        ),
+        "reshaped to (B, H, L, E/H) directly",
+    )
+
+
+# ---- check_tiled_attention -------------------------------------------------------------
+
+
+def tiled_by_hand(query, key, value, block_size, rescaled=True):
+    q = query / math.sqrt(query.shape[-1])
+    m = torch.full((*query.shape[:-1], 1), -math.inf)
+    total = torch.zeros_like(m)
+    acc = torch.zeros(*query.shape[:-1], value.shape[-1])
+    for start in range(0, key.shape[-2], block_size):
+        s = q @ key[..., start : start + block_size, :].mT
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        rescale = torch.exp(m - m_new) if rescaled else 1.0
+        p = torch.exp(s - m_new)
+        total = total * rescale + p.sum(-1, keepdim=True)
+        acc = acc * rescale + p @ value[..., start : start + block_size, :]
+        m = m_new
+    return acc / total
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        tiled_by_hand,
+        lambda q, k, v, b, /: tiled_attention(q, k, v, block_size=b),
+    ],
+    ids=["by-hand", "companion"],
+)
+def test_tiled_attention_accepts(answer) -> None:
+    assert checks.check_tiled_attention(answer)
+
+
+def test_tiled_attention_names(named) -> None:
+    named(
+        lambda: checks.check_tiled_attention(
+            lambda *a: tiled_by_hand(*a, rescaled=False)
+        ),
+        "running sums not rescaled",
+    )
+
+    def no_max(query, key, value, block_size):
+        e = torch.exp(query @ key.mT / query.shape[-1] ** 0.5)
+        return (e @ value) / e.sum(-1, keepdim=True)
+
+    with pytest.raises(checks.CheckError, match="NaN or inf"):
+        checks.check_tiled_attention(no_max)
