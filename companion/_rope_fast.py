@@ -1,20 +1,22 @@
 """How :func:`companion.rope.apply_rope` computes its rotation (private).
 
-:func:`~companion.rope.apply_rope` validates its arguments, lines the cos/sin table up with
-``x`` and calls :func:`rotate`, which picks one of these ways to compute the same values:
+:func:`~companion.rope.apply_rope` validates its arguments, lines the cos/sin table up
+with ``x`` and calls :func:`rotate`, which picks one of these ways to compute the same
+values:
 
 - inside a caller's ``torch.compile``, inside a ``torch.func`` transform (``vmap``,
-  ``grad``), and whenever autograd records: :func:`formula`, the rotation as one expression
-  with temporaries (which the caller's compilation fuses, and autograd differentiates);
+  ``grad``), and whenever autograd records: :func:`formula`, the rotation as one
+  expression with temporaries (which the caller's compilation fuses, and autograd
+  differentiates);
 - the interleaved layout: one complex multiplication, :func:`multiply_complex`;
 - ``fused=True`` with the half layout: :func:`formula` compiled by ``torch.compile`` into
   one loop, :func:`apply_fused`;
 - otherwise the half layout is written straight into one output buffer without a
-  ``rotate_half(x)`` temporary, :func:`rotate_half_into`, block by block on the CPU so that
-  each block stays in cache between its four kernels.
+  ``rotate_half(x)`` temporary, :func:`rotate_half_into`, block by block on the CPU so
+  that each block stays in cache between its four kernels.
 
-Every path agrees with the others to float rounding; ``tests/test_rope.py`` checks each one
-against a float64 loop. Nothing here validates: the caller has.
+Every path agrees with the others to float rounding; ``tests/test_rope.py`` checks each
+one against a float64 loop. Nothing here validates: the caller has.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, fused: bool) -> Ten
     if cos.dtype != compute:
         cos, sin = cos.to(compute), sin.to(compute)
     if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
-        # the caller's torch.compile fuses the plain formula; torch.func transforms cannot
-        # batch out= writes or complex views
+        # the caller's torch.compile fuses the plain formula; torch.func transforms
+        # cannot batch out= writes or complex views
         return formula(x, cos, sin, layout)
     if layout == "interleaved":  # pairs (x[2i], x[2i+1]) adjacent: a complex multiply
         return multiply_complex(x, torch.complex(cos, sin))
@@ -69,9 +71,10 @@ def rotate_half_into(
 ) -> None:
     """Write the half-layout rotation of ``x`` into ``out``, block by block.
 
-    Each block is rotated with four in-place kernels on its halves; blocks small enough to
-    stay in the CPU cache between those kernels mean that memory sees about one read of
-    ``x`` and one write of ``out``. ``cos``/``sin`` broadcast against ``x`` (right-aligned).
+    Each block is rotated with four in-place kernels on its halves; blocks small enough
+    to stay in the CPU cache between those kernels mean that memory sees about one read
+    of ``x`` and one write of ``out``. ``cos``/``sin`` broadcast against ``x``
+    (right-aligned).
     """
     axis = None
     if x.numel() > block:  # the first axis with more than one entry, to split along
@@ -110,9 +113,10 @@ def multiply_complex(x: Tensor, f: Tensor) -> Tensor:
 def compiled_kernel(x: Tensor) -> Callable[..., Tensor]:
     """The compiled half-layout kernel for what changes its code (built once per key).
 
-    Each key gets its own copy of :func:`formula`'s code object: ``torch.compile`` keeps its
-    cache and its limit on recompilations per code object, so one kernel's variants
-    (strides, broadcast patterns) cannot use up the budget of another dtype or head width.
+    Each key gets its own copy of :func:`formula`'s code object: ``torch.compile`` keeps
+    its cache and its limit on recompilations per code object, so one kernel's variants
+    (strides, broadcast patterns) cannot use up the budget of another dtype or head
+    width.
     """
     key = (x.dtype, x.device.type, x.shape[-1], torch.is_grad_enabled())
     kernel = COMPILED.get(key)
@@ -132,9 +136,10 @@ def compiled_kernel(x: Tensor) -> Callable[..., Tensor]:
 def apply_fused(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Half-layout rotation through the compiled kernel (``cos``/``sin`` broadcastable).
 
-    Every axis but the head width is marked dynamic, so one compiled kernel serves all batch
-    sizes, lengths and head counts; the head width stays static, which lets the compiler
-    vectorize the inner loop. The marks go on fresh views: the caller's tensors are untouched.
+    Every axis but the head width is marked dynamic, so one compiled kernel serves all
+    batch sizes, lengths and head counts; the head width stays static, which lets the
+    compiler vectorize the inner loop. The marks go on fresh views: the caller's tensors
+    are untouched.
     """
     kernel = compiled_kernel(x)
     views = [t.view(t.shape) for t in (x, cos, sin)]
@@ -147,7 +152,7 @@ def apply_fused(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     except Exception as err:  # the compiler toolchain is missing or failed
         reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise RuntimeError(
-            f"apply_rope(fused=True) builds its kernel with torch.compile, which failed on "
-            f"{x.device.type} ({type(err).__name__}: {reason[:200]}); use fused=False, which "
-            "computes the same values in eager PyTorch"
+            f"apply_rope(fused=True) builds its kernel with torch.compile, which failed "
+            f"on {x.device.type} ({type(err).__name__}: {reason[:200]}); use "
+            "fused=False, which computes the same values in eager PyTorch"
         ) from err

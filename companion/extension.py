@@ -5,11 +5,13 @@ Two families of answers to "what happens past the length the model was trained o
 * **ALiBi** (Press et al., 2022) adds no position embedding at all. Each head ``h`` adds a
   linear penalty :math:`-m_h (i - j)` to the score of query ``i`` and key ``j``;
   :func:`alibi_slopes` gives the head slopes :math:`m_h` and :func:`alibi_bias` the bias
-  tensor, ready for the ``attn_mask`` of :func:`torch.nn.functional.scaled_dot_product_attention`.
+  tensor, ready for the ``attn_mask`` of
+  :func:`torch.nn.functional.scaled_dot_product_attention`.
 * **RoPE scaling** changes the inverse frequencies :math:`\theta_i = b^{-2i/D}` of
-  :func:`companion.rope.rope_frequencies` so that positions past the training length map onto
-  angles the model has seen. Every function here returns the scaled inverse frequencies, shape
-  ``(D/2,)``, float64, which plug straight into :func:`companion.rope.rope_cos_sin`:
+  :func:`companion.rope.rope_frequencies` so that positions past the training length map
+  onto angles the model has seen. Every function here returns the scaled inverse
+  frequencies, shape ``(D/2,)``, float64, which plug straight into
+  :func:`companion.rope.rope_cos_sin`:
 
   ==========================================  ================================================
   :func:`linear_scaling_frequencies`          position interpolation, :math:`\theta_i / s`
@@ -53,15 +55,15 @@ __all__ = [
 ]
 
 
-# ---- RoPE scaling ---------------------------------------------------------------------------------
+# ---- RoPE scaling --------------------------------------------------------------------
 
 
 def rope_wavelengths(frequencies: torch.Tensor) -> torch.Tensor:
     r"""Wavelengths :math:`\lambda_i = 2\pi / \theta_i` of RoPE pairs, in tokens.
 
-    A pair with wavelength :math:`\lambda_i` turns by one full circle every :math:`\lambda_i`
-    positions. Pairs whose wavelength exceeds the training length never completed a circle
-    during training.
+    A pair with wavelength :math:`\lambda_i` turns by one full circle every
+    :math:`\lambda_i` positions. Pairs whose wavelength exceeds the training length
+    never completed a circle during training.
 
     Args:
         frequencies: inverse frequencies :math:`\theta_i` (radians per token), a
@@ -78,7 +80,7 @@ def rope_wavelengths(frequencies: torch.Tensor) -> torch.Tensor:
     if not bool((frequencies > 0).all()):  # NaN is not positive either
         raise ValueError(
             f"frequencies must all be positive, got values down to "
-            f"{frequencies.min().item():g} (a tensor of shape {tuple(frequencies.shape)})"
+            f"{frequencies.min().item():g} (shape {tuple(frequencies.shape)})"
         )
     return 2 * math.pi / frequencies
 
@@ -88,9 +90,10 @@ def linear_scaling_frequencies(
 ) -> torch.Tensor:
     r"""Position interpolation (linear scaling): every inverse frequency divided by ``factor``.
 
-    :math:`\theta'_i = \theta_i / s`, which is the same as feeding positions :math:`m / s`
-    (Chen et al., 2023): a sequence ``s`` times longer than the training length is squeezed
-    into the training range of angles. Matches HF transformers' ``rope_type="linear"``.
+    :math:`\theta'_i = \theta_i / s`, which is the same as feeding positions
+    :math:`m / s` (Chen et al., 2023): a sequence ``s`` times longer than the training
+    length is squeezed into the training range of angles. Matches HF transformers'
+    ``rope_type="linear"``.
 
     Args:
         head_dim: the rotated dimension ``D``, even.
@@ -110,10 +113,10 @@ def linear_scaling_frequencies(
 def ntk_aware_base(base: float, factor: float, head_dim: int) -> float:
     r"""The NTK-aware RoPE base :math:`b' = b\, s^{D/(D-2)}`.
 
-    Chosen so that the *lowest* frequency pair, :math:`i = D/2 - 1`, is slowed by exactly
-    ``factor`` (as in position interpolation) while the highest, :math:`i = 0`, is unchanged:
-    :math:`b'^{-(D-2)/D} = b^{-(D-2)/D} / s`. Proposed by /u/bloc97 (2023); the rule of HF
-    transformers' ``"dynamic"`` type at a fixed length.
+    Chosen so that the *lowest* frequency pair, :math:`i = D/2 - 1`, is slowed by
+    exactly ``factor`` (as in position interpolation) while the highest, :math:`i = 0`,
+    is unchanged: :math:`b'^{-(D-2)/D} = b^{-(D-2)/D} / s`. Proposed by /u/bloc97
+    (2023); the rule of HF transformers' ``"dynamic"`` type at a fixed length.
 
     Args:
         base: the RoPE base :math:`b > 1`.
@@ -135,7 +138,8 @@ def ntk_scaling_frequencies(
     r"""NTK-aware scaling: RoPE frequencies with the base :func:`ntk_aware_base`.
 
     :math:`\theta'_i = (b\,s^{D/(D-2)})^{-2i/D} = \theta_i\, s^{-2i/(D-2)}`: the ratio
-    :math:`\theta'_i/\theta_i` falls geometrically from 1 (pair 0) to :math:`1/s` (last pair).
+    :math:`\theta'_i/\theta_i` falls geometrically from 1 (pair 0) to :math:`1/s` (last
+    pair).
 
     Args:
         head_dim: the rotated dimension ``D``, even and at least 4.
@@ -163,12 +167,14 @@ def dynamic_ntk_frequencies(
 
     With :math:`L_0` the training length and :math:`L = \max(\text{seq\_len}, L_0)`, the
     effective scale is :math:`s_L = s L / L_0 - (s - 1)` and the base
-    :math:`b\, s_L^{D/(D-2)}`. Up to :math:`L_0` the frequencies are the original ones; past
-    it they slow down as the sequence grows. This is exactly the rule of HF transformers'
-    ``rope_type="dynamic"`` (with ``config.max_position_embeddings`` :math:`= L_0`).
+    :math:`b\, s_L^{D/(D-2)}`. Up to :math:`L_0` the frequencies are the original ones;
+    past it they slow down as the sequence grows. This is exactly the rule of HF
+    transformers' ``rope_type="dynamic"`` (with ``config.max_position_embeddings``
+    :math:`= L_0`).
 
-    The catch: keys already in a KV cache were rotated with the base of an *earlier* length, so
-    the query and the cached keys disagree about what a position is (the chapter measures it).
+    The catch: keys already in a KV cache were rotated with the base of an *earlier*
+    length, so the query and the cached keys disagree about what a position is (the
+    chapter measures it).
 
     Args:
         head_dim: the rotated dimension ``D``, even and at least 4.
@@ -206,14 +212,15 @@ def yarn_correction_range(
 ) -> tuple[float, float]:
     r"""The pair indices where the YaRN ramp starts and ends.
 
-    Pair :math:`i` turns :math:`L_0 / \lambda_i` times over the training length :math:`L_0`.
-    The index where it turns :math:`\beta` times solves :math:`\lambda_i = L_0 / \beta`:
+    Pair :math:`i` turns :math:`L_0 / \lambda_i` times over the training length
+    :math:`L_0`. The index where it turns :math:`\beta` times solves
+    :math:`\lambda_i = L_0 / \beta`:
 
     .. math:: i(\beta) = \frac{D \ln\!\big(L_0 / (2\pi\beta)\big)}{2 \ln b}.
 
-    ``low = i(beta_fast)`` and ``high = i(beta_slow)``, floored and ceiled when ``truncate``,
-    clipped to ``[0, D - 1]`` (HF transformers' clipping; only ``D/2`` pairs exist, which is
-    harmless since the ramp is clamped).
+    ``low = i(beta_fast)`` and ``high = i(beta_slow)``, floored and ceiled when
+    ``truncate``, clipped to ``[0, D - 1]`` (HF transformers' clipping; only ``D/2``
+    pairs exist, which is harmless since the ramp is clamped).
 
     Args:
         head_dim: the rotated dimension ``D``, even.
@@ -221,7 +228,8 @@ def yarn_correction_range(
         original_max_position_embeddings: the training length :math:`L_0`.
         beta_fast: rotations above which a pair is left untouched (default 32).
         beta_slow: rotations below which a pair is fully interpolated (default 1).
-        truncate: round the range outwards to whole pairs, as HF transformers does by default.
+        truncate: round the range outwards to whole pairs, as HF transformers does by
+            default.
 
     Returns:
         ``(low, high)`` as floats.
@@ -235,7 +243,8 @@ def yarn_correction_range(
     slow = _validate.positive_real("beta_slow", beta_slow)
     if fast < slow:
         raise ValueError(
-            f"beta_fast must be >= beta_slow, got beta_fast={fast:g}, beta_slow={slow:g}"
+            f"beta_fast must be >= beta_slow, got beta_fast={fast:g}, "
+            f"beta_slow={slow:g}"
         )
     truncate = _validate.flag("truncate", truncate)
 
@@ -260,9 +269,10 @@ def yarn_ramp(
     r"""YaRN's interpolation weight per pair: 0 = untouched, 1 = fully interpolated.
 
     :math:`r_i = \operatorname{clamp}\big((i - \text{low}) / (\text{high} - \text{low}), 0, 1\big)`
-    with ``(low, high)`` from :func:`yarn_correction_range` (``high`` nudged by ``0.001`` when
-    the two coincide, as in HF transformers). Fast pairs (small ``i``, many rotations in the
-    training length) get :math:`r_i = 0`; slow pairs get :math:`r_i = 1`.
+    with ``(low, high)`` from :func:`yarn_correction_range` (``high`` nudged by
+    ``0.001`` when the two coincide, as in HF transformers). Fast pairs (small ``i``,
+    many rotations in the training length) get :math:`r_i = 0`; slow pairs get
+    :math:`r_i = 1`.
 
     Args:
         head_dim: the rotated dimension ``D``, even.
@@ -295,9 +305,10 @@ def yarn_ramp(
 def yarn_attention_factor(factor: float) -> float:
     r"""YaRN's attention factor :math:`\sqrt{1/t} = 0.1 \ln s + 1` (1 when :math:`s \le 1`).
 
-    HF transformers multiplies cos and sin by it, so queries *and* keys grow by it and the
-    attention logits by its square: a softmax temperature :math:`t` below 1 that sharpens the
-    attention, which position interpolation alone flattens over a longer sequence.
+    HF transformers multiplies cos and sin by it, so queries *and* keys grow by it and
+    the attention logits by its square: a softmax temperature :math:`t` below 1 that
+    sharpens the attention, which position interpolation alone flattens over a longer
+    sequence.
 
     Args:
         factor: the scale :math:`s`.
@@ -322,11 +333,12 @@ def yarn_frequencies(
 ) -> tuple[torch.Tensor, float]:
     r"""YaRN ("NTK-by-parts" frequencies plus an attention temperature; Peng et al., 2024).
 
-    :math:`\theta'_i = \theta_i \big((1 - r_i) + r_i / s\big)` with the ramp :math:`r_i` of
-    :func:`yarn_ramp`: pairs that turn more than ``beta_fast`` times within the training length
-    keep their frequency (they have seen every angle), pairs that turn less than ``beta_slow``
-    times are interpolated like position interpolation, and the pairs between are blended.
-    Matches HF transformers' ``rope_type="yarn"`` (without DeepSeek's ``mscale`` options).
+    :math:`\theta'_i = \theta_i \big((1 - r_i) + r_i / s\big)` with the ramp :math:`r_i`
+    of :func:`yarn_ramp`: pairs that turn more than ``beta_fast`` times within the
+    training length keep their frequency (they have seen every angle), pairs that turn
+    less than ``beta_slow`` times are interpolated like position interpolation, and the
+    pairs between are blended. Matches HF transformers' ``rope_type="yarn"`` (without
+    DeepSeek's ``mscale`` options).
 
     Args:
         head_dim: the rotated dimension ``D``, even.
@@ -336,10 +348,12 @@ def yarn_frequencies(
         beta_fast: see :func:`yarn_correction_range` (default 32).
         beta_slow: see :func:`yarn_correction_range` (default 1).
         truncate: see :func:`yarn_correction_range`.
-        attention_factor: override the factor; ``None`` gives :func:`yarn_attention_factor`.
+        attention_factor: override the factor; ``None`` gives
+            :func:`yarn_attention_factor`.
 
     Returns:
-        ``(inv_freq, attention_factor)``: the scaled inverse frequencies (float64, CPU) and the
+        ``(inv_freq, attention_factor)``: the scaled inverse frequencies (float64, CPU)
+            and the
         factor to multiply cos and sin by.
 
     Shape:
@@ -381,16 +395,17 @@ def llama3_frequencies(
     * between: :math:`\theta'_i = (1 - \mu_i)\,\theta_i / s + \mu_i\,\theta_i` with
       :math:`\mu_i = (L_0/\lambda_i - \text{low}) / (\text{high} - \text{low})`.
 
-    Defaults are Llama 3.1's (``base=500000``, ``factor=8``, 1, 4, ``8192``). Matches Meta's
-    ``apply_scaling`` and HF transformers' ``rope_type="llama3"``.
+    Defaults are Llama 3.1's (``base=500000``, ``factor=8``, 1, 4, ``8192``). Matches
+    Meta's ``apply_scaling`` and HF transformers' ``rope_type="llama3"``.
 
     Args:
         head_dim: the rotated dimension ``D``, even.
         base: the RoPE base :math:`b`.
         factor: the scale :math:`s \ge 1` for the low-frequency band.
-        low_freq_factor: wavelengths above :math:`L_0 / \text{low\_freq\_factor}` are scaled.
-        high_freq_factor: wavelengths below :math:`L_0 / \text{high\_freq\_factor}` are kept;
-            must exceed ``low_freq_factor``.
+        low_freq_factor: wavelengths above :math:`L_0 / \text{low\_freq\_factor}` are
+            scaled.
+        high_freq_factor: wavelengths below :math:`L_0 / \text{high\_freq\_factor}` are
+            kept; must exceed ``low_freq_factor``.
         original_max_position_embeddings: the training length :math:`L_0`.
 
     Returns:
@@ -419,7 +434,7 @@ def llama3_frequencies(
     return torch.where(wavelength > n0 / lo, theta / s, scaled)
 
 
-# ---- ALiBi ----------------------------------------------------------------------------------------
+# ---- ALiBi ---------------------------------------------------------------------------
 
 
 def _alibi_slopes_float(num_heads: int) -> list[float]:
@@ -429,7 +444,7 @@ def _alibi_slopes_float(num_heads: int) -> list[float]:
     ):  # a power of two: 2^(-8/n), 2^(-16/n), ..., 2^-8
         return [2.0 ** (-8.0 * k / num_heads) for k in range(1, num_heads + 1)]
     closest = 2 ** math.floor(math.log2(num_heads))
-    # every other slope of the 2*closest sequence fills the rest: interleaved between the first
+    # every other slope of the 2*closest sequence fills the rest, between the first ones
     extra = _alibi_slopes_float(2 * closest)[0::2][: num_heads - closest]
     return _alibi_slopes_float(closest) + extra
 
@@ -442,17 +457,18 @@ def alibi_slopes(
 ) -> torch.Tensor:
     r"""ALiBi head slopes :math:`m_h` (Press et al., 2022).
 
-    For :math:`n` a power of two, the geometric sequence
-    :math:`m_h = 2^{-8h/n}`, :math:`h = 1, \dots, n` (8 heads: 1/2, 1/4, ..., 1/256). Otherwise,
-    with :math:`c` the largest power of two below :math:`n`: the :math:`c` slopes for :math:`c`
-    heads, then the first :math:`n - c` of the *odd-numbered* slopes for :math:`2c` heads
-    (:math:`2^{-4/c}, 2^{-12/c}, \dots`), which fall between the first ones. This is the rule of
-    the reference implementation and of BLOOM (HF transformers' ``build_alibi_tensor``).
+    For :math:`n` a power of two, the geometric sequence :math:`m_h = 2^{-8h/n}`,
+    :math:`h = 1, \dots, n` (8 heads: 1/2, 1/4, ..., 1/256). Otherwise, with :math:`c`
+    the largest power of two below :math:`n`: the :math:`c` slopes for :math:`c` heads,
+    then the first :math:`n - c` of the *odd-numbered* slopes for :math:`2c` heads
+    (:math:`2^{-4/c}, 2^{-12/c}, \dots`), which fall between the first ones. This is the
+    rule of the reference implementation and of BLOOM (HF transformers'
+    ``build_alibi_tensor``).
 
     Args:
         num_heads: the number of heads ``H`` (positive).
-        dtype: a floating-point output dtype (the slopes are computed in float64 and cast;
-            an integer dtype would round every slope, all below 1, to 0).
+        dtype: a floating-point output dtype (the slopes are computed in float64 and
+            cast; an integer dtype would round every slope, all below 1, to 0).
         device: output device.
 
     Returns:
@@ -479,13 +495,13 @@ def alibi_bias(
 ) -> torch.Tensor:
     r"""The ALiBi bias :math:`-m_h (i - j)` to add to attention scores, with the causal mask.
 
-    Queries are the *last* ``L`` of the ``S`` key positions (query ``i`` sits at position
-    :math:`i + S - L`), which covers self-attention (``L == S``) and decoding with a KV cache
-    (``L < S``). With ``is_causal=True`` keys after the query get :math:`-\infty`, so the result
-    can be passed as ``attn_mask`` to
-    :func:`torch.nn.functional.scaled_dot_product_attention` (Press et al.'s causal setting).
-    With ``is_causal=False`` the bias is the symmetric :math:`-m_h |i - j|`, a common choice for
-    bidirectional encoders (not part of Press et al.).
+    Queries are the *last* ``L`` of the ``S`` key positions (query ``i`` sits at
+    position :math:`i + S - L`), which covers self-attention (``L == S``) and decoding
+    with a KV cache (``L < S``). With ``is_causal=True`` keys after the query get
+    :math:`-\infty`, so the result can be passed as ``attn_mask`` to
+    :func:`torch.nn.functional.scaled_dot_product_attention` (Press et al.'s causal
+    setting). With ``is_causal=False`` the bias is the symmetric :math:`-m_h |i - j|`, a
+    common choice for bidirectional encoders (not part of Press et al.).
 
     Args:
         num_heads: the number of heads ``H``.
@@ -506,8 +522,8 @@ def alibi_bias(
     key_length = _validate.nonnegative_int("key_length", key_length)
     if key_length < query_length:
         raise ValueError(
-            f"key_length must be >= query_length (queries are the last L of the S keys), "
-            f"got key_length={key_length}, query_length={query_length}"
+            "key_length must be >= query_length (queries are the last L of the S "
+            f"keys), got key_length={key_length}, query_length={query_length}"
         )
     is_causal = _validate.flag("is_causal", is_causal)
     dtype = _validate.dtype("dtype", dtype)

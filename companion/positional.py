@@ -9,15 +9,15 @@ position :math:`\text{pos}` and pair index :math:`i = 0, \ldots, D/2 - 1`,
     \mathrm{PE}(\text{pos}, 2i) = \sin(\text{pos}\,\omega_i), \qquad
     \mathrm{PE}(\text{pos}, 2i+1) = \cos(\text{pos}\,\omega_i).
 
-This is the layout of the paper, of the Annotated Transformer and of
-``transformers``' ``create_sinusoidal_embeddings`` (used by DistilBERT). Hugging Face's
-``MarianSinusoidalPositionalEmbedding`` keeps these frequencies in the *halves* layout (all
-sines, then all cosines): a fixed permutation of the columns. tensor2tensor's
+This is the layout of the paper, of the Annotated Transformer and of ``transformers``'
+``create_sinusoidal_embeddings`` (used by DistilBERT). Hugging Face's
+``MarianSinusoidalPositionalEmbedding`` keeps these frequencies in the *halves* layout
+(all sines, then all cosines): a fixed permutation of the columns. tensor2tensor's
 ``get_timing_signal_1d`` and fairseq's ``SinusoidalPositionalEmbedding`` (ported to
-``transformers`` as FSMT's, M2M100's, NLLB's ...) are a different encoding, not a permutation:
-they concatenate sines and cosines *and* use the frequencies
-:math:`10000^{-i/(D/2 - 1)}`, so their slowest pair turns at exactly ``1/10000``. The chapter
-measures how far apart the tables are.
+``transformers`` as FSMT's, M2M100's, NLLB's ...) are a different encoding, not a
+permutation: they concatenate sines and cosines *and* use the frequencies
+:math:`10000^{-i/(D/2 - 1)}`, so their slowest pair turns at exactly ``1/10000``. The
+chapter measures how far apart the tables are.
 
 Angles are computed in float64 and cast at the end, so the values are accurate to the
 output dtype's rounding for positions up to at least :math:`10^6` (a float32 angle
@@ -50,9 +50,9 @@ def _frequencies(name: str, dim: object, base: object) -> Tensor:
     """``base ** (-2i / dim)`` for ``i = 0 .. dim/2 - 1``, float64 on the CPU.
 
     The one implementation of the geometric progression, shared by
-    :func:`sinusoidal_frequencies`, :func:`companion.rope.rope_frequencies` and the scaled
-    frequencies of :mod:`companion.extension`. Validates ``dim`` (reported as ``name``:
-    ``"dim"`` here, ``"head_dim"`` for RoPE) and ``base`` before computing.
+    :func:`sinusoidal_frequencies`, :func:`companion.rope.rope_frequencies` and the
+    scaled frequencies of :mod:`companion.extension`. Validates ``dim`` (reported as
+    ``name``: ``"dim"`` here, ``"head_dim"`` for RoPE) and ``base`` before computing.
     """
     dim = _validate.positive_int(name, dim, even=True)
     base = _validate.real("base", base, exclusive_minimum=1.0)
@@ -81,7 +81,7 @@ def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> Tensor:
 
 
 def sinusoidal_wavelengths(dim: int, *, base: float = 10000.0) -> Tensor:
-    r"""Wavelengths :math:`\lambda_i = 2\pi / \omega_i` of the ``D/2`` pairs, in positions.
+    r"""Wavelengths :math:`\lambda_i = 2\pi / \omega_i` of the ``D/2`` pairs, in tokens.
 
     From :math:`2\pi` (pair 0) up to just below :math:`2\pi \cdot \text{base}`.
 
@@ -111,9 +111,9 @@ def sinusoidal_encoding(
     Row ``pos`` is :math:`\mathrm{PE}(\text{pos})`: column ``2i`` holds
     :math:`\sin(\text{pos}\,\omega_i)` and column ``2i + 1`` holds
     :math:`\cos(\text{pos}\,\omega_i)`, with :math:`\omega_i` from
-    :func:`sinusoidal_frequencies`. Angles are formed in float64 and only the result is cast to
-    ``dtype``, so every entry is within the rounding of ``dtype`` of the exact value for
-    positions up to at least :math:`10^6`.
+    :func:`sinusoidal_frequencies`. Angles are formed in float64 and only the result is
+    cast to ``dtype``, so every entry is within the rounding of ``dtype`` of the exact
+    value for positions up to at least :math:`10^6`.
 
     Args:
         num_positions: number of positions ``L`` (positions ``0 .. L - 1``); ``0`` gives
@@ -150,17 +150,18 @@ def shift_matrix(
     r"""The block-diagonal rotation :math:`T(k)` with :math:`\mathrm{PE}(\text{pos}+k) = \mathrm{PE}(\text{pos})\,T(k)`.
 
     Row-vector convention (``PE`` rows times ``T`` on the right), matching
-    :func:`sinusoidal_encoding`'s ``[sin, cos]`` pairs. Block ``i`` sits at rows and columns
-    ``2i, 2i + 1`` and is
+    :func:`sinusoidal_encoding`'s ``[sin, cos]`` pairs. Block ``i`` sits at rows and
+    columns ``2i, 2i + 1`` and is
 
     .. math::
 
         \Phi_i(k) = \begin{bmatrix} \cos k\omega_i & -\sin k\omega_i \\
                                     \sin k\omega_i & \cos k\omega_i \end{bmatrix},
 
-    since :math:`[\sin a, \cos a]\,\Phi_i(k) = [\sin(a + k\omega_i), \cos(a + k\omega_i)]`.
-    :math:`T(k)` does not depend on ``pos``; it is orthogonal, :math:`T(k)^\top = T(-k)`, and
-    :math:`T(j)\,T(k) = T(j + k)`.
+    since
+    :math:`[\sin a, \cos a]\,\Phi_i(k) = [\sin(a + k\omega_i), \cos(a + k\omega_i)]`.
+    :math:`T(k)` does not depend on ``pos``; it is orthogonal,
+    :math:`T(k)^\top = T(-k)`, and :math:`T(j)\,T(k) = T(j + k)`.
 
     Args:
         k: the offset; any real number (negative shifts backwards).
@@ -190,7 +191,8 @@ def sinusoidal_dot_products(
 ) -> Tensor:
     r"""The dot product :math:`\mathrm{PE}(m) \cdot \mathrm{PE}(n)` as a function of :math:`k = m - n`.
 
-    Each pair contributes :math:`\sin m\omega_i \sin n\omega_i + \cos m\omega_i \cos n\omega_i
+    Each pair contributes :math:`\sin m\omega_i \sin n\omega_i + \cos m\omega_i \cos
+    n\omega_i
     = \cos(k\omega_i)`, so the dot product is :math:`g(k) = \sum_{i} \cos(k\,\omega_i)`: a
     function of the offset alone, even in ``k``, with :math:`g(0) = D/2`.
 
@@ -214,12 +216,12 @@ def sinusoidal_dot_products(
 class SinusoidalPositionalEncoding(nn.Module):
     r"""Adds the sinusoidal encoding of :func:`sinusoidal_encoding` to its input.
 
-    The table is a non-persistent buffer (it moves with ``.to(device)`` but is not saved in
-    the ``state_dict``: it is a function of ``dim`` and ``base``, nothing is learned). An
-    input longer than ``max_len`` positions raises ``ValueError`` (never a silently truncated
-    sum): build the module with a larger ``max_len``, or call :func:`sinusoidal_encoding`,
-    which computes any length. Dropout, which the paper applies after the sum, is left to the
-    caller.
+    The table is a non-persistent buffer (it moves with ``.to(device)`` but is not saved
+    in the ``state_dict``: it is a function of ``dim`` and ``base``, nothing is
+    learned). An input longer than ``max_len`` positions raises ``ValueError`` (never a
+    silently truncated sum): build the module with a larger ``max_len``, or call
+    :func:`sinusoidal_encoding`, which computes any length. Dropout, which the paper
+    applies after the sum, is left to the caller.
 
     Args:
         dim: the model width ``D``; a positive even integer.
@@ -262,7 +264,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         length = x.shape[-2]
         if length > self.max_len:
             raise ValueError(
-                f"x must have at most max_len={self.max_len} positions, got length {length} "
+                f"x must have at most max_len={self.max_len} positions, got length "
+                f"{length} "
                 f"(shape {tuple(x.shape)}): build SinusoidalPositionalEncoding with "
                 f"max_len >= {length}, or use sinusoidal_encoding({length}, {self.dim})"
             )

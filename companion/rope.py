@@ -1,25 +1,26 @@
 r"""Rotary position embedding, RoPE (chapter :ref:`ch-rope`).
 
-RoPE rotates each pair of coordinates of a query or key vector by an angle proportional to
-the token's position, so that the attention score of a query at position :math:`m` and a key
-at position :math:`n` depends on the positions only through :math:`m - n`. For head width
-:math:`D`, pair :math:`i = 0, \ldots, D/2 - 1` turns at the frequency
+RoPE rotates each pair of coordinates of a query or key vector by an angle proportional
+to the token's position, so that the attention score of a query at position :math:`m`
+and a key at position :math:`n` depends on the positions only through :math:`m - n`. For
+head width :math:`D`, pair :math:`i = 0, \ldots, D/2 - 1` turns at the frequency
 
 .. math::
 
     \theta_i = \text{base}^{-2i/D},
 
 and at position :math:`m` the pair :math:`(a, b)` becomes
-:math:`(a \cos m\theta_i - b \sin m\theta_i,\; b \cos m\theta_i + a \sin m\theta_i)`: the
-complex number :math:`a + \mathrm{i}b` multiplied by :math:`e^{\mathrm{i}m\theta_i}`, a
-counterclockwise turn by :math:`m\theta_i` (in the book's row convention the row
-:math:`[a, b]` times :math:`R(m\theta_i)`). Only queries and keys are rotated, never values.
+:math:`(a \cos m\theta_i - b \sin m\theta_i,\; b \cos m\theta_i + a \sin m\theta_i)`:
+the complex number :math:`a + \mathrm{i}b` multiplied by
+:math:`e^{\mathrm{i}m\theta_i}`, a counterclockwise turn by :math:`m\theta_i` (in the
+book's row convention the row :math:`[a, b]` times :math:`R(m\theta_i)`). Only queries
+and keys are rotated, never values.
 
 Two layouts say which coordinates form pair :math:`i`:
 
 ``"half"``
-    coordinates ``(i, i + D/2)``, rotated with :func:`rotate_half`. GPT-NeoX, Hugging Face
-    ``transformers`` (LLaMA, Mistral, Qwen, ...), the default here.
+    coordinates ``(i, i + D/2)``, rotated with :func:`rotate_half`. GPT-NeoX, Hugging
+    Face ``transformers`` (LLaMA, Mistral, Qwen, ...), the default here.
 ``"interleaved"``
     coordinates ``(2i, 2i + 1)``, the complex-number view. RoFormer, GPT-J, Meta's LLaMA
     reference code (:func:`apply_rope_complex`).
@@ -27,10 +28,11 @@ Two layouts say which coordinates form pair :math:`i`:
 Both give the same attention scores once the weights are permuted to match
 (:func:`interleaved_to_half_permutation`); mixing them does not.
 
-The cos/sin table is a value: :func:`rope_cos_sin` returns it and the caller passes it to
-:func:`apply_rope`. Angles are formed in float64 and only cos and sin are cast, so the table is
-accurate to the rounding of its dtype even at positions near :math:`2^{20}`. The derivation,
-the layouts and the precision study are in the chapter; the functions here implement them.
+The cos/sin table is a value: :func:`rope_cos_sin` returns it and the caller passes it
+to :func:`apply_rope`. Angles are formed in float64 and only cos and sin are cast, so
+the table is accurate to the rounding of its dtype even at positions near
+:math:`2^{20}`. The derivation, the layouts and the precision study are in the chapter;
+the functions here implement them.
 """
 
 from __future__ import annotations
@@ -61,16 +63,17 @@ LAYOUTS = ("half", "interleaved")
 def rope_frequencies(head_dim: int, *, base: float = 10000.0) -> Tensor:
     r"""Rotation frequencies :math:`\theta_i = \text{base}^{-2i/D}` of the ``D/2`` pairs.
 
-    The same progression as the sinusoidal encoding's frequencies (one implementation serves
-    both, :func:`companion.positional.sinusoidal_frequencies`): :math:`\theta_0 = 1` radian
-    per position down to :math:`\theta_{D/2-1} = \text{base}^{-(D-2)/D}`. Hugging Face's
-    ``inv_freq`` is this tensor in float32; Meta's ``precompute_freqs_cis`` forms it as
+    The same progression as the sinusoidal encoding's frequencies (one implementation
+    serves both, :func:`companion.positional.sinusoidal_frequencies`):
+    :math:`\theta_0 = 1` radian per position down to
+    :math:`\theta_{D/2-1} = \text{base}^{-(D-2)/D}`. Hugging Face's ``inv_freq`` is this
+    tensor in float32; Meta's ``precompute_freqs_cis`` forms it as
     ``1 / theta ** (arange(0, dim, 2) / dim)``. Computed in float64 on the CPU.
 
     Args:
         head_dim: the head width ``D``; a positive even integer.
-        base: the base of the progression, a real number > 1 (10000 in RoFormer and LLaMA
-            1-2, 500000 in LLaMA 3).
+        base: the base of the progression, a real number > 1 (10000 in RoFormer and
+            LLaMA 1-2, 500000 in LLaMA 3).
 
     Returns:
         The frequencies in radians per position, float64.
@@ -84,7 +87,7 @@ def rope_frequencies(head_dim: int, *, base: float = 10000.0) -> Tensor:
 def _angles(
     positions: Tensor, frequencies: Tensor, device: torch.device | None
 ) -> Tensor:
-    """Float64 angles ``m * theta_i`` on ``device``: shape ``(*positions.shape, D/2)``."""
+    """Float64 angles ``m * theta_i`` on ``device``, shape ``(*positions.shape, D/2)``."""
     device = positions.device if device is None else device
     m = positions.to(device=device, dtype=torch.float64)  # (...)
     theta = frequencies.to(device=device, dtype=torch.float64)  # (D/2,)
@@ -100,22 +103,23 @@ def rope_cos_sin(
 ) -> tuple[Tensor, Tensor]:
     r"""The cos/sin table of RoPE: :math:`\cos(m\theta_i)` and :math:`\sin(m\theta_i)`.
 
-    One entry per position and *pair*, so the table does not depend on the layout (Hugging
-    Face's table repeats it twice along the last axis for the half layout). Positions are
-    explicit: any integer or real tensor, e.g. ``torch.arange(L)`` or a batch of position ids
-    ``(B, L)`` with an offset for a KV cache, or fractional positions for interpolation.
+    One entry per position and *pair*, so the table does not depend on the layout
+    (Hugging Face's table repeats it twice along the last axis for the half layout).
+    Positions are explicit: any integer or real tensor, e.g. ``torch.arange(L)`` or a
+    batch of position ids ``(B, L)`` with an offset for a KV cache, or fractional
+    positions for interpolation.
 
     The angles :math:`m\theta_i` are formed in float64 and only cos and sin are cast to
-    ``dtype``: every entry is within the rounding of ``dtype`` of the exact value, also at
-    positions near :math:`2^{20}`, where a float32 angle is off by up to a few hundredths of a
-    radian (half a float32 step of the angle).
+    ``dtype``: every entry is within the rounding of ``dtype`` of the exact value, also
+    at positions near :math:`2^{20}`, where a float32 angle is off by up to a few
+    hundredths of a radian (half a float32 step of the angle).
 
     Args:
-        positions: position ids ``m``, an integer or floating-point tensor (empty: an empty
-            table).
-        frequencies: the pair frequencies :math:`\theta_i`, a 1-D floating-point tensor, e.g.
-            from :func:`rope_frequencies` (scaled frequencies for context extension work the
-            same way). Both are moved to ``device``.
+        positions: position ids ``m``, an integer or floating-point tensor (empty: an
+            empty table).
+        frequencies: the pair frequencies :math:`\theta_i`, a 1-D floating-point tensor,
+            e.g. from :func:`rope_frequencies` (scaled frequencies for context extension
+            work the same way). Both are moved to ``device``.
         dtype: floating-point dtype of the table.
         device: device of the table; ``None`` means ``positions``' device.
 
@@ -141,8 +145,9 @@ def rope_freqs_cis(
     r"""The complex table :math:`e^{\mathrm{i}m\theta_i}` of Meta's LLaMA reference
     (``freqs_cis``).
 
-    Meta's ``precompute_freqs_cis`` builds ``torch.polar(torch.ones_like(freqs), freqs)``
-    from float32 angles; here the angles are float64 and the result is cast to complex64.
+    Meta's ``precompute_freqs_cis`` builds
+    ``torch.polar(torch.ones_like(freqs), freqs)`` from float32 angles; here the angles
+    are float64 and the result is cast to complex64.
 
     Args:
         positions: position ids ``m``, an integer or floating-point tensor.
@@ -167,16 +172,17 @@ def rope_freqs_cis(
 def rotate_half(x: Tensor) -> Tensor:
     r"""Map each half-layout pair :math:`(a, b) = (x_i, x_{i + D/2})` to :math:`(-b, a)`.
 
-    Multiplication by :math:`\mathrm{i}` in every pair, i.e. a quarter turn; exactly Hugging
-    Face's ``rotate_half``: ``cat((-x2, x1), dim=-1)``. Then
-    ``x * cos + rotate_half(x) * sin`` is the half-layout rotation (with cos and sin repeated
-    twice along the last axis).
+    Multiplication by :math:`\mathrm{i}` in every pair, i.e. a quarter turn; exactly
+    Hugging Face's ``rotate_half``: ``cat((-x2, x1), dim=-1)``. Then
+    ``x * cos + rotate_half(x) * sin`` is the half-layout rotation (with cos and sin
+    repeated twice along the last axis).
 
     Args:
         x: a floating-point tensor whose last axis holds the two halves.
 
     Returns:
-        ``cat((-x2, x1), dim=-1)`` for the halves ``x1, x2``, same dtype and device as ``x``.
+        ``cat((-x2, x1), dim=-1)`` for the halves ``x1, x2``, same dtype and device as
+        ``x``.
 
     Shape:
         x: ``(..., D)`` with ``D`` even and positive.
@@ -212,10 +218,11 @@ def rotate_interleaved(x: Tensor) -> Tensor:
 def interleaved_to_half_permutation(head_dim: int) -> Tensor:
     r"""Indices ``p`` with ``x_half = x_interleaved[..., p]``: ``[0, 2, 4, ..., 1, 3, 5, ...]``.
 
-    Column ``i`` of the half layout is coordinate ``2i`` of the interleaved one and column
-    ``i + D/2`` is coordinate ``2i + 1``, so pair :math:`i` moves from ``(2i, 2i+1)`` to
-    ``(i, i + D/2)`` and keeps its frequency. Applying ``p`` to the output rows of each head of
-    :math:`W_q` and :math:`W_k` is what checkpoint converters (Meta to Hugging Face) do.
+    Column ``i`` of the half layout is coordinate ``2i`` of the interleaved one and
+    column ``i + D/2`` is coordinate ``2i + 1``, so pair :math:`i` moves from
+    ``(2i, 2i+1)`` to ``(i, i + D/2)`` and keeps its frequency. Applying ``p`` to the
+    output rows of each head of :math:`W_q` and :math:`W_k` is what checkpoint
+    converters (Meta to Hugging Face) do.
 
     Args:
         head_dim: the head width ``D``; a positive even integer.
@@ -251,7 +258,8 @@ def _align_table(name: str, t: Tensor, x: Tensor, s: int) -> Tensor:
         return t.reshape(length, *([1] * after), pairs) if after else t
     if s == 0 or t.shape[0] not in (1, x.shape[0]):
         raise ValueError(
-            f"{name} of shape (B, L, D/2) must have B = 1 or B = x.shape[0] = {x.shape[0]} "
+            f"{name} of shape (B, L, D/2) must have B = 1 or B = x.shape[0] = "
+            f"{x.shape[0]} "
             f"with a batch axis before L in x, got {name} {tuple(t.shape)} and x "
             f"{tuple(x.shape)} with L on axis {s}"
         )
@@ -271,60 +279,66 @@ def apply_rope(
     r"""Rotate each pair of ``x`` by its position's angle: RoPE for queries or keys.
 
     Pair :math:`(a, b)` at position :math:`m` with cos/sin entries :math:`c, s` becomes
-    :math:`(a c - b s,\; b c + a s)`, i.e. :math:`(a + \mathrm{i}b)\,e^{\mathrm{i}m\theta_i}`.
-    Which coordinates form a pair is set by ``layout``: ``"half"`` pairs ``(i, i + D/2)``
-    (Hugging Face ``transformers``, GPT-NeoX: ``x * cos + rotate_half(x) * sin`` with the
-    table repeated), ``"interleaved"`` pairs ``(2i, 2i + 1)`` (RoFormer, GPT-J, Meta's
-    reference). Apply it to queries and keys, never to values.
+    :math:`(a c - b s,\; b c + a s)`, i.e.
+    :math:`(a + \mathrm{i}b)\,e^{\mathrm{i}m\theta_i}`. Which coordinates form a pair is
+    set by ``layout``: ``"half"`` pairs ``(i, i + D/2)`` (Hugging Face ``transformers``,
+    GPT-NeoX: ``x * cos + rotate_half(x) * sin`` with the table repeated),
+    ``"interleaved"`` pairs ``(2i, 2i + 1)`` (RoFormer, GPT-J, Meta's reference). Apply
+    it to queries and keys, never to values.
 
-    For ``x`` of shape ``(..., L, D)`` and a table of shape ``(L, D/2)``, equivalent to the
-    following (half layout; the interleaved layout takes ``a, b = x[..., 0::2], x[..., 1::2]``
-    and writes the two results back to the even and odd columns)::
+    For ``x`` of shape ``(..., L, D)`` and a table of shape ``(L, D/2)``, equivalent to
+    the following (half layout; the interleaved layout takes
+    ``a, b = x[..., 0::2], x[..., 1::2]`` and writes the two results back to the even
+    and odd columns)::
 
         a, b = x.float().chunk(2, dim=-1)  # pair i = (a[i], b[i]), the two halves
         out = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1).to(x.dtype)
 
-    The math runs in float32 (float64 if ``x`` is float64) and the result is cast to ``x``'s
-    dtype. The half layout is written into one output buffer without the temporaries of the
-    expression above (block by block on the CPU, so that each block stays in cache); the
-    interleaved layout is one complex multiplication, as in :func:`apply_rope_complex`. Under
-    autograd, inside a caller's ``torch.compile`` and inside ``torch.func`` transforms
-    (``vmap``, ``grad``) the expression itself runs. Eager PyTorch has no single kernel for
-    the half layout's sum of two products; ``fused=True`` compiles the same expression with
-    :func:`torch.compile` into one pass: the first call compiles (seconds), later calls with
-    any batch size, length or number of heads reuse the kernel, and a new head width, dtype
-    or device compiles once more. It needs what ``torch.compile`` needs (a C++ compiler on
-    the CPU, Triton on CUDA). The interleaved layout is one kernel already; ``fused`` does not
-    change it. Chapter :ref:`ch-performance` measures the paths.
+    The math runs in float32 (float64 if ``x`` is float64) and the result is cast to
+    ``x``'s dtype. The half layout is written into one output buffer without the
+    temporaries of the expression above (block by block on the CPU, so that each block
+    stays in cache); the interleaved layout is one complex multiplication, as in
+    :func:`apply_rope_complex`. Under autograd, inside a caller's ``torch.compile`` and
+    inside ``torch.func`` transforms (``vmap``, ``grad``) the expression itself runs.
+    Eager PyTorch has no single kernel for the half layout's sum of two products;
+    ``fused=True`` compiles the same expression with :func:`torch.compile` into one
+    pass: the first call compiles (seconds), later calls with any batch size, length or
+    number of heads reuse the kernel, and a new head width, dtype or device compiles
+    once more. It needs what ``torch.compile`` needs (a C++ compiler on the CPU, Triton
+    on CUDA). The interleaved layout is one kernel already; ``fused`` does not change
+    it. Chapter :ref:`ch-performance` measures the paths.
 
     Args:
-        x: queries or keys, a floating-point tensor with positions along ``seq_dim`` and an
-            even head width last.
-        cos: :math:`\cos(m\theta_i)` from :func:`rope_cos_sin`, a floating-point tensor on
-            ``x``'s device: one row per position of ``x`` (``(L, D/2)``, shared by the
-            batch), or per sequence (``(B, L, D/2)``, ``B`` matching ``x``'s first axis or
-            1); broadcast over every other axis (heads).
+        x: queries or keys, a floating-point tensor with positions along ``seq_dim`` and
+            an even head width last.
+        cos: :math:`\cos(m\theta_i)` from :func:`rope_cos_sin`, a floating-point tensor
+            on ``x``'s device: one row per position of ``x`` (``(L, D/2)``, shared by
+            the batch), or per sequence (``(B, L, D/2)``, ``B`` matching ``x``'s first
+            axis or 1); broadcast over every other axis (heads).
         sin: :math:`\sin(m\theta_i)`, same shape, dtype and device as ``cos``.
         layout: ``"half"`` or ``"interleaved"``: which coordinates form a pair.
         seq_dim: the axis of ``x`` that holds the positions: ``-2`` (default) for
             ``(B, H, L, D)`` or ``(..., L, D)``; ``1`` (or ``-3``) for ``(B, L, H, D)``.
-        positions: optional integer position ids on ``cos``' device; if given, ``cos`` and
-            ``sin`` are a precomputed ``(T, D/2)`` table and the rows ``cos[positions]`` are
-            used (positions outside ``[0, T)`` raise ``ValueError``).
-        fused: a bool; run the half layout as one compiled kernel (``torch.compile``) instead
-            of eager PyTorch; same values up to float rounding (fused multiply-adds).
+        positions: optional integer position ids on ``cos``' device; if given, ``cos``
+            and ``sin`` are a precomputed ``(T, D/2)`` table and the rows
+            ``cos[positions]`` are used (positions outside ``[0, T)`` raise
+            ``ValueError``).
+        fused: a bool; run the half layout as one compiled kernel (``torch.compile``)
+            instead of eager PyTorch; same values up to float rounding (fused
+            multiply-adds).
 
     Returns:
-        The rotated tensor, same shape, dtype and device as ``x`` (``L = 0`` gives an empty
-        one).
+        The rotated tensor, same shape, dtype and device as ``x`` (``L = 0`` gives an
+        empty one).
 
     Raises:
-        TypeError: an argument of the wrong type or dtype family (a complex or integer ``x``,
-            ``cos`` and ``sin`` of different dtypes, a non-bool ``fused``).
+        TypeError: an argument of the wrong type or dtype family (a complex or integer
+            ``x``, ``cos`` and ``sin`` of different dtypes, a non-bool ``fused``).
         ValueError: a wrong value: an odd head width, a table that does not match ``x``,
-            tensors on different devices, a ``meta`` tensor, positions outside the table.
-        RuntimeError: ``fused=True`` and ``torch.compile`` cannot build the kernel here (no
-            C++ compiler, no Triton): use ``fused=False``.
+            tensors on different devices, a ``meta`` tensor, positions outside the
+            table.
+        RuntimeError: ``fused=True`` and ``torch.compile`` cannot build the kernel here
+            (no C++ compiler, no Triton): use ``fused=False``.
 
     Shape:
         x: ``(B, H, L, D)``, ``(..., L, D)``, or ``(B, L, H, D)`` with ``seq_dim=1``.
@@ -355,8 +369,8 @@ def apply_rope(
             low, high = int(positions.min()), int(positions.max())
             if low < 0 or high >= cos.shape[0]:
                 raise ValueError(
-                    f"positions must lie in [0, {cos.shape[0]}) for a table of {cos.shape[0]} "
-                    f"rows, got values in [{low}, {high}]: recompute the table with "
+                    f"positions must lie in [0, {cos.shape[0]}) for a table of "
+                    f"{cos.shape[0]} rows, got values in [{low}, {high}]: recompute the table with "
                     "rope_cos_sin for the positions you need"
                 )
         cos, sin = cos[positions], sin[positions]  # (L, D/2) or (B, L, D/2)
@@ -376,9 +390,9 @@ def apply_rope_complex(x: Tensor, freqs_cis: Tensor, *, seq_dim: int = -2) -> Te
 
     Args:
         x: queries or keys, a floating-point tensor with positions along ``seq_dim``.
-        freqs_cis: :math:`e^{\mathrm{i}m\theta_i}` from :func:`rope_freqs_cis`, a complex
-            tensor on ``x``'s device, ``(L, D/2)`` or ``(B, L, D/2)``, broadcast like ``cos``
-            in :func:`apply_rope`.
+        freqs_cis: :math:`e^{\mathrm{i}m\theta_i}` from :func:`rope_freqs_cis`, a
+            complex tensor on ``x``'s device, ``(L, D/2)`` or ``(B, L, D/2)``, broadcast
+            like ``cos`` in :func:`apply_rope`.
         seq_dim: the axis of ``x`` that holds the positions.
 
     Returns:
