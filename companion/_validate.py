@@ -425,3 +425,9 @@ def mask(name: str, value: object, shape: Sequence[int], ref_name: str, ref: Ten
     same_device(name, value, ref_name, ref)
     broadcasts_to(name, value, shape, "the scores' shape (..., L, S)")
     return value
+
+
+def factory_kwargs(device_arg: object, dtype_arg: object) -> dict[str, Any]:
+    """A module's ``device`` and ``dtype`` arguments (``None``: torch's defaults),
+    validated, as keyword arguments for torch's factories and ``nn.Linear``."""
+    return {"device": device("device", device_arg), "dtype": optional(dtype, "dtype", dtype_arg)}

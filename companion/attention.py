@@ -1,25 +1,27 @@
 r"""Attention: alignment scores, scaled dot-product attention, masks, heads and tiling.
 
-The chapter *Attention, from alignment scores to FlashAttention's trick* derives everything
-here step by step. In short:
+The chapter *Attention, from alignment scores to FlashAttention's trick* derives
+everything here step by step. In short:
 
-- :func:`additive_score`, :func:`dot_score`, :func:`general_score`, :func:`concat_score`: the
-  alignment scores of Bahdanau et al. (additive, 2014) and Luong et al. (dot, general, concat,
-  2015), before the Transformer's scaled dot product.
+- :func:`additive_score`, :func:`dot_score`, :func:`general_score`,
+  :func:`concat_score`: the alignment scores of Bahdanau et al. (additive, 2014) and
+  Luong et al. (dot, general, concat, 2015), before the Transformer's scaled dot
+  product.
 - :func:`attention_weights` and :func:`scaled_dot_product_attention`:
-  :math:`\operatorname{softmax}(QK^\top/\sqrt{D} + M)\,V`, with the argument names and mask
-  semantics of :func:`torch.nn.functional.scaled_dot_product_attention`.
+  :math:`\operatorname{softmax}(QK^\top/\sqrt{D} + M)\,V`, with the argument names and
+  mask semantics of :func:`torch.nn.functional.scaled_dot_product_attention`.
 - :func:`causal_mask`: a boolean ``(L, S)`` mask, top-left or bottom-right aligned.
 - :class:`MultiHeadAttention`: split, attend, merge; it loads the weights of a
-  :class:`torch.nn.MultiheadAttention`, and :func:`mask_from_torch_mha` converts that module's
-  (inverted) boolean masks.
-- :func:`tiled_attention`: the same result in one pass over key/value blocks with an online
-  softmax (the FlashAttention idea), never holding the ``(L, S)`` score matrix.
-- :func:`measure_peak_memory`: the peak memory a call allocates (CUDA counters, or a count of
-  the live tensors that torch operators create).
+  :class:`torch.nn.MultiheadAttention`, and :func:`mask_from_torch_mha` converts that
+  module's (inverted) boolean masks.
+- :func:`tiled_attention`: the same result in one pass over key/value blocks with an
+  online softmax (the FlashAttention idea), never holding the ``(L, S)`` score matrix.
+- :func:`measure_peak_memory`: the peak memory a call allocates (CUDA counters, or a
+  count of the live tensors that torch operators create).
 
-Mask convention (torch's): a boolean mask is ``True`` where a query **may** attend; a float
-mask is **added** to the scores (``-inf`` blocks). Masks broadcast to ``(..., L, S)``.
+Mask convention (torch's): a boolean mask is ``True`` where a query **may** attend; a
+float mask is **added** to the scores (``-inf`` blocks). Masks broadcast to
+``(..., L, S)``.
 """
 
 from __future__ import annotations
@@ -90,8 +92,8 @@ def general_score(
 ) -> torch.Tensor:
     r"""Luong et al.'s *general* (bilinear) score :math:`q^\top W k`.
 
-    With ``weight`` the identity it is :func:`dot_score`; unlike it, the query and key widths
-    may differ.
+    With ``weight`` the identity it is :func:`dot_score`; unlike it, the query and key
+    widths may differ.
 
     Args:
         query: decoder states.
@@ -129,10 +131,11 @@ def additive_score(
 ) -> torch.Tensor:
     r"""Bahdanau et al.'s *additive* score :math:`v^\top \tanh(W q + U k)`.
 
-    In the paper :math:`q` is the previous decoder state :math:`s_{i-1}` and :math:`k` an
-    annotation :math:`h_j` of the bidirectional encoder; ``query_weight`` is :math:`W_a`,
-    ``key_weight`` is :math:`U_a`, ``v`` is :math:`v_a` (no biases, as in the paper). Weights
-    follow :class:`torch.nn.Linear`'s ``(out_features, in_features)`` layout.
+    In the paper :math:`q` is the previous decoder state :math:`s_{i-1}` and :math:`k`
+    an annotation :math:`h_j` of the bidirectional encoder; ``query_weight`` is
+    :math:`W_a`, ``key_weight`` is :math:`U_a`, ``v`` is :math:`v_a` (no biases, as in
+    the paper). Weights follow :class:`torch.nn.Linear`'s
+    ``(out_features, in_features)`` layout.
 
     Args:
         query: decoder states.
@@ -177,10 +180,10 @@ def concat_score(
 ) -> torch.Tensor:
     r"""Luong et al.'s *concat* score :math:`v^\top \tanh(W [q; k])`.
 
-    Splitting :math:`W = [W_q \; W_k]` by columns gives :math:`W[q;k] = W_q q + W_k k`: this is
-    Bahdanau's :func:`additive_score` (the chapter checks it). It is written here with an
-    explicit concatenation of every pair, as the formula reads, so it holds an
-    ``(..., L, S, Dq + Dk)`` tensor: use it on small inputs.
+    Splitting :math:`W = [W_q \; W_k]` by columns gives :math:`W[q;k] = W_q q + W_k k`:
+    this is Bahdanau's :func:`additive_score` (the chapter checks it). It is written
+    here with an explicit concatenation of every pair, as the formula reads, so it holds
+    an ``(..., L, S, Dq + Dk)`` tensor: use it on small inputs.
 
     Args:
         query: decoder states.
@@ -228,12 +231,12 @@ def causal_mask(
 ) -> torch.Tensor:
     r"""Boolean causal mask, ``True`` where query ``i`` may attend to key ``j``.
 
-    ``"top_left"``: :math:`j \le i`, the diagonal starts at the top-left corner. This is what
-    ``F.scaled_dot_product_attention(..., is_causal=True)`` uses (``torch.ones(L, S).tril()``).
-    ``"bottom_right"``: :math:`j \le i + S - L`, the diagonal ends at the bottom-right corner:
-    the last query sees every key, as when ``L`` new tokens are decoded after ``S - L`` cached
-    ones (FlashAttention 2.1+ and ``torch.nn.attention.bias.causal_lower_right``).
-    The two agree when ``L == S``.
+    ``"top_left"``: :math:`j \le i`, the diagonal starts at the top-left corner. This is
+    what ``F.scaled_dot_product_attention(..., is_causal=True)`` uses
+    (``torch.ones(L, S).tril()``). ``"bottom_right"``: :math:`j \le i + S - L`, the
+    diagonal ends at the bottom-right corner: the last query sees every key, as when
+    ``L`` new tokens are decoded after ``S - L`` cached ones (FlashAttention 2.1+ and
+    ``torch.nn.attention.bias.causal_lower_right``). The two agree when ``L == S``.
 
     Args:
         query_length: ``L``, an int >= 0.
@@ -276,8 +279,8 @@ def _inputs(
     is_causal: object,
     scale: object,
 ) -> tuple[tuple[int, ...], torch.Tensor | None, float]:
-    """The attention functions' arguments, validated: the broadcast batch shape, the mask
-    and the scale."""
+    """The attention functions' arguments, validated: the broadcast batch shape, the
+    mask and the scale."""
     batch = _validate.attention_inputs(query, key, value)
     is_causal = _validate.flag("is_causal", is_causal)
     scale = _scale(scale, query)
@@ -286,8 +289,8 @@ def _inputs(
         mask = _validate.mask("mask", mask, shape, "query", query)
         if is_causal:
             raise ValueError(
-                "mask must be None when is_causal=True (give one or the other, as torch "
-                "documents); combine causal_mask(L, S) & mask yourself"
+                "mask must be None when is_causal=True (give one or the other, as "
+                "torch documents); combine causal_mask(L, S) & mask yourself"
             )
     return batch, mask, scale
 
@@ -321,24 +324,26 @@ def attention_weights(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    r"""The attention weights :math:`\operatorname{softmax}(QK^\top \cdot \text{scale} + M)`.
+    r"""The attention weights
+    :math:`\operatorname{softmax}(QK^\top \cdot \text{scale} + M)`.
 
-    Each row is a probability distribution over the ``S`` keys. The semantics are those of
-    :func:`torch.nn.functional.scaled_dot_product_attention` (which does not return them):
-    ``scale`` defaults to :math:`1/\sqrt{D}`; a boolean ``mask`` is ``True`` where a query may
-    attend, a float ``mask`` is added to the scores; ``is_causal`` applies the top-left causal
-    mask of :func:`causal_mask`. Giving both ``mask`` and ``is_causal=True`` is an error, as
-    torch documents (torch 2.13 raises for 3-D inputs and silently combines the two masks for
-    4-D inputs; the chapter shows both).
+    Each row is a probability distribution over the ``S`` keys. The semantics are those
+    of :func:`torch.nn.functional.scaled_dot_product_attention` (which does not return
+    them): ``scale`` defaults to :math:`1/\sqrt{D}`; a boolean ``mask`` is ``True``
+    where a query may attend, a float ``mask`` is added to the scores; ``is_causal``
+    applies the top-left causal mask of :func:`causal_mask`. Giving both ``mask`` and
+    ``is_causal=True`` is an error, as torch documents (torch 2.13 raises for 3-D inputs
+    and silently combines the two masks for 4-D inputs; the chapter shows both).
 
-    Deliberate difference: a row whose keys are all masked gets weights that are all zero (so
-    its output is zero) instead of the NaN of a plain softmax. torch's
+    Deliberate difference: a row whose keys are all masked gets weights that are all
+    zero (so its output is zero) instead of the NaN of a plain softmax. torch's
     ``scaled_dot_product_attention`` also returns zeros there on the CPU (fused and math
     paths alike, torch 2.13); :class:`torch.nn.MultiheadAttention` returns NaN.
 
-    Half-precision inputs are scored and normalized in float32; the result has the input's
-    dtype. With no keys (``S = 0``) every row is empty and every output is zero, like a
-    fully masked row; ``D`` must be positive (the default scale is :math:`1/\sqrt{D}`).
+    Half-precision inputs are scored and normalized in float32; the result has the
+    input's dtype. With no keys (``S = 0``) every row is empty and every output is zero,
+    like a fully masked row; ``D`` must be positive (the default scale is
+    :math:`1/\sqrt{D}`).
 
     Args:
         query: queries.
@@ -368,14 +373,16 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    r"""Scaled dot-product attention :math:`\operatorname{softmax}(QK^\top/\sqrt{D} + M)\,V`.
+    r"""Scaled dot-product attention
+    :math:`\operatorname{softmax}(QK^\top/\sqrt{D} + M)\,V`.
 
     Same arguments and results as
-    ``torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask,
-    is_causal=is_causal, scale=scale)`` (no dropout), computed from the definition: the full
-    ``(..., L, S)`` weight matrix is formed, so memory grows as :math:`L S`
-    (:func:`tiled_attention` avoids that). See :func:`attention_weights` for the masks and for
-    what a fully masked row returns (zeros).
+    ``torch.nn.functional.scaled_dot_product_attention(query, key, value,
+    attn_mask=mask, is_causal=is_causal,
+    scale=scale)`` (no dropout), computed from the definition: the full ``(..., L,
+    S)`` weight matrix is formed, so memory grows as :math:`L S`
+    (:func:`tiled_attention` avoids that). See :func:`attention_weights` for the masks
+    and for what a fully masked row returns (zeros).
 
     Args:
         query: queries.
@@ -412,27 +419,29 @@ def tiled_attention(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    r"""Scaled dot-product attention in blocks, with an online softmax (the FlashAttention idea).
+    r"""Scaled dot-product attention in blocks, with an online softmax (the
+    FlashAttention idea).
 
     Queries are taken ``block_size`` at a time; for each query block one pass over the
-    key/value blocks keeps a running row maximum :math:`m`, a running sum :math:`\ell` of
-    :math:`e^{s - m}` and a running weighted sum of values, rescaling both by
+    key/value blocks keeps a running row maximum :math:`m`, a running sum :math:`\ell`
+    of :math:`e^{s - m}` and a running weighted sum of values, rescaling both by
     :math:`e^{m_\text{old} - m_\text{new}}` whenever the maximum grows
-    (Milakov & Gimelshein's online softmax). Only a ``(block, block)`` tile of scores exists at
-    any time, so the extra memory is :math:`O(\text{block}^2 + L\,D)` instead of
-    :math:`O(L S)`. The result equals :func:`scaled_dot_product_attention` up to rounding.
+    (Milakov & Gimelshein's online softmax). Only a ``(block, block)`` tile of scores
+    exists at any time, so the extra memory is :math:`O(\text{block}^2 + L\,D)` instead
+    of :math:`O(L S)`. The result equals :func:`scaled_dot_product_attention` up to
+    rounding.
 
-    This is the algorithm in plain PyTorch (a Python loop over tiles), to show the idea and
-    measure memory; it is not fast. Real kernels (FlashAttention, torch's fused SDPA) run the
-    same loop inside one GPU/CPU kernel.
+    This is the algorithm in plain PyTorch (a Python loop over tiles), to show the idea
+    and measure memory; it is not fast. Real kernels (FlashAttention, torch's fused
+    SDPA) run the same loop inside one GPU/CPU kernel.
 
     Args:
         query: queries.
         key: keys.
         value: values.
         block_size: rows of queries and of keys per tile.
-        is_causal: top-left causal mask (``j <= i``); tiles entirely above the diagonal are
-            skipped.
+        is_causal: top-left causal mask (``j <= i``); tiles entirely above the diagonal
+            are skipped.
         scale: factor on the scores; ``None`` means :math:`1/\sqrt{D}`.
 
     Returns:
@@ -489,20 +498,23 @@ def mask_from_torch_mha(
     attn_mask: torch.Tensor | None = None,
     key_padding_mask: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
-    r"""Convert :class:`torch.nn.MultiheadAttention`'s masks to this module's convention.
+    r"""Convert :class:`torch.nn.MultiheadAttention`'s masks to this module's
+    convention.
 
     ``nn.MultiheadAttention`` uses the *opposite* boolean convention from
     ``F.scaled_dot_product_attention``: there ``True`` means "may **not** attend" (in
-    ``attn_mask``) and "this key is padding" (in ``key_padding_mask``). Here a boolean mask is
-    ``True`` where a query may attend. Float masks are added to the scores in both.
+    ``attn_mask``) and "this key is padding" (in ``key_padding_mask``). Here a boolean
+    mask is ``True`` where a query may attend. Float masks are added to the scores in
+    both.
 
     Args:
         attn_mask: ``(L, S)`` boolean (``True`` = blocked) or float mask, or ``None``.
-        key_padding_mask: ``(B, S)`` boolean (``True`` = padding) or float mask, or ``None``.
+        key_padding_mask: ``(B, S)`` boolean (``True`` = padding) or float mask, or
+            ``None``.
 
     Returns:
-        A mask for :class:`MultiHeadAttention` (boolean when both inputs are boolean, else
-        float), or ``None`` when both are ``None``.
+        A mask for :class:`MultiHeadAttention` (boolean when both inputs are boolean,
+        else float), or ``None`` when both are ``None``.
 
     Shape:
         attn_mask: ``(L, S)``.
@@ -561,7 +573,8 @@ def mask_from_torch_mha(
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention: project, split into heads, attend, merge, project.
 
-    ``forward`` is one call to :func:`scaled_dot_product_attention` between the reshapes:
+    ``forward`` is one call to :func:`scaled_dot_product_attention` between the
+    reshapes:
 
     .. code-block:: text
 
@@ -569,9 +582,9 @@ class MultiHeadAttention(nn.Module):
         attend per head -> (B, H, L, E/H) -> transpose, merge -> (B, L, E) -> out_proj
 
     The four projections are separate :class:`torch.nn.Linear` layers (like Hugging Face
-    models and nanoGPT's split of ``c_attn``); :meth:`load_torch_weights` copies them from a
-    :class:`torch.nn.MultiheadAttention`, which packs ``W_Q, W_K, W_V`` row-wise into one
-    ``in_proj_weight`` of shape ``(3E, E)``.
+    models and nanoGPT's split of ``c_attn``); :meth:`load_torch_weights` copies them
+    from a :class:`torch.nn.MultiheadAttention`, which packs ``W_Q, W_K, W_V`` row-wise
+    into one ``in_proj_weight`` of shape ``(3E, E)``.
 
     Args:
         embed_dim: model width ``E``.
@@ -605,13 +618,11 @@ class MultiHeadAttention(nn.Module):
                 f"num_heads={num_heads}"
             )
         bias = _validate.flag("bias", bias)
-        device = _validate.device("device", device)
-        dtype = _validate.optional(_validate.dtype, "dtype", dtype)
+        kw = {"bias": bias, **_validate.factory_kwargs(device, dtype)}
         super().__init__()
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
-        kw = {"bias": bias, "device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, embed_dim, **kw)
         self.k_proj = nn.Linear(embed_dim, embed_dim, **kw)
         self.v_proj = nn.Linear(embed_dim, embed_dim, **kw)
@@ -670,13 +681,15 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         """The step between the head split and the merge: attention per head.
 
-        Here it is :func:`scaled_dot_product_attention`. A subclass that handles positions
-        inside attention overrides this one method and reuses the projections, the split
-        and the merge (the capstone's RoPE and ALiBi layers in :mod:`companion.model`, as
-        labml's ``RotaryPEMultiHeadAttention`` overrides only ``get_scores``).
+        Here it is :func:`scaled_dot_product_attention`. A subclass that handles
+        positions inside attention overrides this one method and reuses the projections,
+        the split and the merge (the capstone's RoPE and ALiBi layers in
+        :mod:`companion.model`, as labml's ``RotaryPEMultiHeadAttention`` overrides only
+        ``get_scores``).
 
         Shape:
-            query: ``(B, H, L, E/H)``; key, value: ``(B, H, S, E/H)``; output like query.
+            query: ``(B, H, L, E/H)``; key, value: ``(B, H, S, E/H)``; output like
+                query.
         """
         return scaled_dot_product_attention(
             query, key, value, mask=mask, is_causal=is_causal
@@ -686,10 +699,10 @@ class MultiHeadAttention(nn.Module):
     def load_torch_weights(self, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """Copy the weights of a :class:`torch.nn.MultiheadAttention` into this module.
 
-        ``module`` must have the same ``embed_dim`` and ``num_heads``, equal query/key/value
-        widths (so it packs them into ``in_proj_weight``) and no ``add_bias_kv``. Its output
-        then matches this module's for ``batch_first=True`` inputs, with masks converted by
-        :func:`mask_from_torch_mha`.
+        ``module`` must have the same ``embed_dim`` and ``num_heads``, equal
+        query/key/value widths (so it packs them into ``in_proj_weight``) and no
+        ``add_bias_kv``. Its output then matches this module's for ``batch_first=True``
+        inputs, with masks converted by :func:`mask_from_torch_mha`.
 
         Args:
             module: the module to copy from.
@@ -700,17 +713,20 @@ class MultiHeadAttention(nn.Module):
         _validate.module("module", module, nn.MultiheadAttention)
         if (module.embed_dim, module.num_heads) != (self.embed_dim, self.num_heads):
             raise ValueError(
-                f"module must have embed_dim={self.embed_dim}, num_heads={self.num_heads}, got "
+                f"module must have embed_dim={self.embed_dim}, "
+                f"num_heads={self.num_heads}, got "
                 f"embed_dim={module.embed_dim}, num_heads={module.num_heads}"
             )
         if module.in_proj_weight is None or module.bias_k is not None:
             raise ValueError(
-                "module must pack q, k, v in in_proj_weight and have no add_bias_kv, got "
+                "module must pack q, k, v in in_proj_weight and have no add_bias_kv, "
+                "got "
                 "separate q/k/v weights or bias_k"
             )
         if (module.in_proj_bias is None) != (self.q_proj.bias is None):
             raise ValueError(
-                f"module must have bias={self.q_proj.bias is not None} like this module, got "
+                f"module must have bias={self.q_proj.bias is not None} like this "
+                "module, got "
                 f"bias={module.in_proj_bias is not None}"
             )
         w_q, w_k, w_v = module.in_proj_weight.chunk(
@@ -731,16 +747,19 @@ class MultiHeadAttention(nn.Module):
 
 
 def measure_peak_memory(fn: Callable[[], object], *, device: torch.device | str) -> int:
-    """Bytes of memory that ``fn()`` holds at its peak, above what was in use before the call.
+    """Bytes of memory that ``fn()`` holds at its peak, above what was in use before the
+    call.
 
     On CUDA: :func:`torch.cuda.max_memory_allocated` after
-    :func:`torch.cuda.reset_peak_memory_stats`, minus what was allocated before. Elsewhere
-    (the CPU): every tensor that a torch operator creates inside ``fn`` is counted from its
-    creation until it is freed, through a :class:`~torch.utils._python_dispatch.TorchDispatchMode`;
-    the peak of that running total is returned. The count is exact for the tensors a Python
-    implementation creates; scratch memory *inside* one fused kernel (such as
-    ``F.scaled_dot_product_attention``'s) is not seen, only its outputs. The counting slows
-    ``fn`` down: time it separately.
+    :func:`torch.cuda.reset_peak_memory_stats`, minus what was allocated before.
+    Elsewhere (the CPU): every tensor that a torch operator creates inside ``fn`` is
+        counted from its
+    creation until it is freed, through a
+    :class:`~torch.utils._python_dispatch.TorchDispatchMode`; the peak of that running
+    total is returned. The count is exact for the tensors a Python implementation
+    creates; scratch memory *inside* one fused kernel (such as
+    ``F.scaled_dot_product_attention``'s) is not seen, only its outputs. The counting
+    slows ``fn`` down: time it separately.
 
     Args:
         fn: a function with no arguments (its result is discarded).

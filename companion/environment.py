@@ -1,7 +1,7 @@
 r"""Environment report, seeding and device choice for the chapters.
 
-Every chapter's first code cell calls :func:`seed_everything` and :func:`default_device`;
-the "Setting up" chapter prints :func:`environment_report`.
+Every chapter's first code cell calls :func:`seed_everything` and
+:func:`default_device`; the "Setting up" chapter prints :func:`environment_report`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ __all__ = [
 
 #: Every third-party package a chapter imports (its distribution name), with the lowest
 #: version the book supports: the package's dependencies and its ``book`` extra in
-#: ``pyproject.toml`` (``pip install -e ".[book]"`` brings them all; a test keeps the two
+#: ``pyproject.toml`` (``pip install -e ".[book]"`` brings them all; a test keeps the
+# two
 #: lists in step and checks every chapter's imports against :data:`CHAPTER_IMPORTS`).
 REQUIRED_PACKAGES: dict[str, str] = {
     "torch": "2.1",
@@ -64,7 +65,8 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     """Seed Python's, NumPy's and torch's global random generators.
 
     Args:
-        seed: an integer in ``[0, 2**32 - 1]`` (the range NumPy's global generator takes).
+        seed: an integer in ``[0, 2**32 - 1]`` (the range NumPy's global generator
+            takes).
 
     Returns:
         A fresh :class:`torch.Generator` seeded with ``seed``, for code that prefers an
@@ -82,9 +84,9 @@ def seed_everything(seed: int = 0) -> torch.Generator:
 def default_device() -> torch.device:
     """The device the chapters run on: CUDA when present, else the CPU.
 
-    Set the environment variable ``COMPANION_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``…) to
-    override the choice, e.g. ``COMPANION_DEVICE=cpu`` to reproduce the published outputs
-    on a machine with a GPU. A value that names no device of this machine is a
+    Set the environment variable ``COMPANION_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``…)
+    to override the choice, e.g. ``COMPANION_DEVICE=cpu`` to reproduce the published
+    outputs on a machine with a GPU. A value that names no device of this machine is a
     ``ValueError`` naming the variable.
     """
     requested = os.environ.get(_DEVICE_ENV, "").strip()
@@ -126,7 +128,8 @@ class EnvironmentReport:
 
     @property
     def ok(self) -> bool:
-        """True when every package is present and recent enough and companion imports."""
+        """True when every package is present and recent enough and companion
+        imports."""
         return self.importable and all(p.ok for p in self.packages)
 
     def __str__(self) -> str:
@@ -181,7 +184,8 @@ def _release(version: str) -> str:
 
 def _torch_install_advice() -> list[str]:
     """Advice when the torch that Python imports is not the one pip's metadata describes
-    (two installs shadowing each other). The local part differs on CUDA wheels and is not
+    (two installs shadowing each other). The local part differs on CUDA wheels and is
+    not
     a mismatch: the metadata says ``2.11.0`` where ``torch.__version__`` is
     ``2.11.0+cu130``."""
     found = _installed_version("torch")
@@ -189,13 +193,15 @@ def _torch_install_advice() -> list[str]:
     if found is None or _release(found) == _release(imported):
         return []
     return [
-        f"torch {imported} is imported but pip's metadata says {found}: two installs of "
+        f"torch {imported} is imported but pip's metadata says {found}: "
+        "two installs of "
         "torch? `pip install --force-reinstall torch` in this environment."
     ]
 
 
 def _repository() -> Path | None:
-    """The repository root, when companion runs from a checkout (``pip install -e .``)."""
+    """The repository root, when companion runs from a checkout
+    (``pip install -e .``)."""
     root = Path(__file__).resolve().parent.parent
     return root if (root / "pyproject.toml").is_file() else None
 
@@ -245,8 +251,8 @@ def environment_report(
     """Collect what the chapters need to run and say what to do about anything missing.
 
     Args:
-        folder: the folder from which ``companion`` must be importable (a notebook's working
-            directory). Defaults to the current working directory.
+        folder: the folder from which ``companion`` must be importable (a notebook's
+            working directory). Defaults to the current working directory.
 
     Returns:
         An :class:`EnvironmentReport`; print it for a table with advice.
@@ -282,7 +288,8 @@ def environment_report(
     for p in packages:
         if p.found is None:
             advice.append(
-                f"{p.name} is missing: run `{INSTALL_COMMAND}` from the repository root "
+                f"{p.name} is missing: run `{INSTALL_COMMAND}` from the "
+                "repository root "
                 "(it installs every package the chapters import)."
             )
         elif not p.ok:
@@ -294,7 +301,8 @@ def environment_report(
     if not importable:
         advice.append(
             f"companion is not importable: run `{INSTALL_COMMAND}` from the repository "
-            "root, or start Jupyter from the repository's .venv (`.venv/bin/jupyter lab`)."
+            "root, or start Jupyter from the repository's .venv "
+            "(`.venv/bin/jupyter lab`)."
         )
     return EnvironmentReport(
         python=f"{platform.python_implementation()} {sys.version.split()[0]}",

@@ -7,14 +7,14 @@ modules :class:`BatchNorm`, :class:`LayerNorm`, :class:`RMSNorm` are thin wrappe
 Conventions shared by every function here:
 
 * Statistics are computed in float32 at least (float64 stays float64), with
-  a two-pass, cancellation-free variance (the mean first, then the mean of squared deviations;
-  see ``_centered_stats``), never as
+  a two-pass, cancellation-free variance (the mean first, then the mean of squared
+  deviations; see ``_centered_stats``), never as
   :math:`E[x^2] - E[x]^2`. The variance used to normalize is the *biased* one (divide by
   :math:`n`), and :math:`\epsilon` sits *inside* the square root, as in torch.
 * The output has the input's dtype and device.
 
-The residual builders (:class:`PreLNBlock`, :class:`PostLNBlock`, :func:`residual_stack`)
-assemble the two placements compared by Xiong et al. (2020).
+The residual builders (:class:`PreLNBlock`, :class:`PostLNBlock`,
+:func:`residual_stack`) assemble the two placements compared by Xiong et al. (2020).
 """
 
 from __future__ import annotations
@@ -44,18 +44,18 @@ __all__ = [
 _RMS_VARIANTS = ("torch", "llama", "gemma")
 
 
-# ---- statistics -----------------------------------------------------------------------------
+# ---- statistics ----------------------------------------------------------------------
 
 
 def _centered_stats(
     x: torch.Tensor, dims: tuple[int, ...]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mean, centered input and biased variance over ``dims`` (kept as size-1 axes), by the
-    two-pass algorithm: the mean first, then the mean of the squared deviations. No
-    cancellation (unlike E[x^2] - E[x]^2). The sum of squares is taken as a vector norm of the
-    centered input, which the caller reuses, so the only full-size temporary is that centered
-    copy. :func:`torch.var_mean` (a single-pass Welford update) is just as stable; the
-    appendix and ``make bench`` time both."""
+    """Mean, centered input and biased variance over ``dims`` (kept as size-1 axes), by
+    the two-pass algorithm: the mean first, then the mean of the squared deviations. No
+    cancellation (unlike E[x^2] - E[x]^2). The sum of squares is taken as a vector norm
+    of the centered input, which the caller reuses, so the only full-size temporary is
+    that centered copy. :func:`torch.var_mean` (a single-pass Welford update) is just as
+    stable; the appendix and ``make bench`` time both."""
     mean = x.mean(dim=dims, keepdim=True)
     centered = x - mean
     n = math.prod(x.shape[d] for d in dims)  # > 0: the callers refuse empty statistics
@@ -63,14 +63,14 @@ def _centered_stats(
     return mean, centered, var
 
 
-# ---- arguments shared by the functions ----------------------------------------------
+# ---- arguments shared by the functions -----------------------------------------------
 
 
 def _parameters(
     x: torch.Tensor, shape: tuple[int, ...], **params: torch.Tensor | None
 ) -> None:
-    """Each given parameter (a weight, a bias, a running statistic) is a floating tensor of
-    ``shape`` on ``x``'s device (its dtype may differ: it is cast)."""
+    """Each given parameter (a weight, a bias, a running statistic) is a floating tensor
+    of ``shape`` on ``x``'s device (its dtype may differ: it is cast)."""
     for name, p in params.items():
         if p is not None:
             p = _validate.tensor(name, p)
@@ -99,7 +99,7 @@ def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-# ---- BatchNorm -------------------------------------------------------------------------------
+# ---- BatchNorm -----------------------------------------------------------------------
 
 
 def batch_norm(
@@ -115,8 +115,8 @@ def batch_norm(
 ) -> torch.Tensor:
     r"""Batch normalization: per feature, statistics over the batch (and length) axes.
 
-    With :math:`\mathcal{S}` the set of all entries of feature :math:`j` (every sample and,
-    for 3-D input, every position),
+    With :math:`\mathcal{S}` the set of all entries of feature :math:`j` (every sample
+    and, for 3-D input, every position),
 
     .. math::
         \mu_j = \frac{1}{n}\sum_{\mathcal{S}} x, \qquad
@@ -126,22 +126,24 @@ def batch_norm(
     In training mode the batch statistics normalize, and when ``running_mean`` /
     ``running_var`` are given they are updated **in place**:
     :math:`r \leftarrow (1 - m)\, r + m\, s`, with the *unbiased* variance
-    :math:`\frac{n}{n-1}\sigma_j^2` entering ``running_var`` (the biased one normalizes).
-    In evaluation mode (``training=False``) the running statistics normalize instead.
-    Matches :func:`torch.nn.functional.batch_norm` and :class:`torch.nn.BatchNorm1d`.
+    :math:`\frac{n}{n-1}\sigma_j^2` entering ``running_var`` (the biased one
+    normalizes). In evaluation mode (``training=False``) the running statistics
+    normalize instead. Matches :func:`torch.nn.functional.batch_norm` and
+    :class:`torch.nn.BatchNorm1d`.
 
     Layout: torch's, features on axis 1: ``(B, D)`` or ``(B, D, L)``. A Transformer's
     ``(B, L, D)`` activations must be transposed first (``x.transpose(1, 2)``).
 
     Args:
         x: input, float dtype.
-        running_mean: running mean buffer, updated in place in training mode; required in
-            evaluation mode.
+        running_mean: running mean buffer, updated in place in training mode; required
+            in evaluation mode.
         running_var: running variance buffer, likewise.
         weight: the gain :math:`\gamma`, or ``None`` for ones.
         bias: the shift :math:`\beta`, or ``None`` for zeros.
         training: use (and update) batch statistics; else use the running ones.
-        momentum: weight :math:`m` of the new batch in the running average, in ``[0, 1]``.
+        momentum: weight :math:`m` of the new batch in the running average, in
+            ``[0, 1]``.
         eps: added to the variance inside the square root; positive.
 
     Returns:
@@ -203,7 +205,7 @@ def batch_norm(
     return y.to(x.dtype)
 
 
-# ---- LayerNorm -------------------------------------------------------------------------------
+# ---- LayerNorm -----------------------------------------------------------------------
 
 
 def layer_norm(
@@ -227,7 +229,8 @@ def layer_norm(
 
     Args:
         x: input, float dtype.
-        normalized_shape: the trailing shape to normalize over (an int for the last dim).
+        normalized_shape: the trailing shape to normalize over (an int for the last
+            dim).
         weight: the gain :math:`\gamma` of shape ``normalized_shape``, or ``None``.
         bias: the shift :math:`\beta` of shape ``normalized_shape``, or ``None``.
         eps: added to the variance inside the square root; positive.
@@ -236,7 +239,8 @@ def layer_norm(
         The normalized tensor, with ``x``'s shape, dtype and device.
 
     Shape:
-        - x: ``(..., *normalized_shape)``, e.g. ``(B, L, D)`` with ``normalized_shape=D``
+        - x: ``(..., *normalized_shape)``, e.g. ``(B, L, D)`` with
+          ``normalized_shape=D``
         - output: same as ``x``
     """
     _, dims, eps = _trailing(x, normalized_shape, eps, weight=weight, bias=bias)
@@ -250,7 +254,7 @@ def layer_norm(
     return y.to(x.dtype)
 
 
-# ---- RMSNorm ---------------------------------------------------------------------------------
+# ---- RMSNorm -------------------------------------------------------------------------
 
 
 def rms_norm(
@@ -266,33 +270,36 @@ def rms_norm(
     .. math::
         y_j = \gamma_j \frac{x_j}{\sqrt{\frac{1}{D}\sum_k x_k^2 + \epsilon}} .
 
-    The mean square is computed in float32 (float64 for float64 input). The variants differ
-    only in where the result is cast back to ``x``'s dtype and in how the gain is stored:
+    The mean square is computed in float32 (float64 for float64 input). The variants
+    differ only in where the result is cast back to ``x``'s dtype and in how the gain is
+    stored:
 
     * ``"torch"``: ``(x_hat * weight).to(dtype)``, the gain applied in float32, as
       :class:`torch.nn.RMSNorm`.
-    * ``"llama"``: ``weight * x_hat.to(dtype)``, cast back *before* the gain, as Hugging Face
-      ``LlamaRMSNorm`` and Meta's reference (two roundings in half precision).
-    * ``"gemma"``: ``(x_hat * (1 + weight)).to(dtype)``, the stored weight is an offset from
-      one (initialized to zero), as Hugging Face ``GemmaRMSNorm``.
+    * ``"llama"``: ``weight * x_hat.to(dtype)``, cast back *before* the gain, as Hugging
+      Face ``LlamaRMSNorm`` and Meta's reference (two roundings in half precision).
+    * ``"gemma"``: ``(x_hat * (1 + weight)).to(dtype)``, the stored weight is an offset
+      from one (initialized to zero), as Hugging Face ``GemmaRMSNorm``.
 
     The default ``eps=1e-6`` is Hugging Face ``LlamaConfig.rms_norm_eps`` and LLaMA-1's
-    value; Llama 2 and 3 checkpoints use ``1e-5``; :class:`torch.nn.RMSNorm` defaults to the
-    machine epsilon of the type it computes in: ``torch.finfo(torch.float32).eps`` (about
-    ``1.19e-7``) for float32, float16 and bfloat16 inputs, float64's for float64. Pass ``eps``
-    explicitly when matching a model.
+    value; Llama 2 and 3 checkpoints use ``1e-5``; :class:`torch.nn.RMSNorm` defaults to
+    the
+    machine epsilon of the type it computes in: ``torch.finfo(torch.float32).eps``
+    (about ``1.19e-7``) for float32, float16 and bfloat16 inputs, float64's for float64.
+    Pass ``eps`` explicitly when matching a model.
 
     Args:
         x: input, float dtype.
-        normalized_shape: the trailing shape to normalize over (an int for the last dim).
+        normalized_shape: the trailing shape to normalize over (an int for the last
+            dim).
         weight: the gain (or, for ``"gemma"``, the offset from one), or ``None``.
         eps: added to the mean square inside the square root; positive.
         variant: ``"torch"``, ``"llama"`` or ``"gemma"``, see above.
 
     Returns:
-        The normalized tensor, with ``x``'s shape and device; its dtype is ``x``'s, except
-        for ``"llama"`` where torch's type promotion of ``weight * x_hat`` decides (as in
-        Hugging Face).
+        The normalized tensor, with ``x``'s shape and device; its dtype is ``x``'s,
+        except for ``"llama"`` where torch's type promotion of ``weight * x_hat``
+        decides (as in Hugging Face).
 
     Shape:
         - x: ``(..., *normalized_shape)``
@@ -312,25 +319,17 @@ def rms_norm(
     return (x_hat * gain).to(x.dtype)
 
 
-def _factory_kwargs(device: object, dtype: object) -> dict[str, object]:
-    """The modules' ``device`` and ``dtype`` arguments, validated."""
-    return {
-        "device": _validate.device("device", device),
-        "dtype": _validate.optional(_validate.dtype, "dtype", dtype),
-    }
-
-
-# ---- Modules ---------------------------------------------------------------------------------
+# ---- Modules -------------------------------------------------------------------------
 
 
 class BatchNorm(nn.Module):
     r"""Thin module around :func:`batch_norm`, like :class:`torch.nn.BatchNorm1d`.
 
     Holds the gain and shift (``affine=True``) and the running statistics as buffers
-    (``running_mean`` zeros, ``running_var`` ones). The buffers are persistent (saved in the
-    ``state_dict``, as torch's): evaluation mode needs them after loading a checkpoint.
-    ``self.training`` picks the mode. Unlike torch, ``momentum=None`` (a cumulative average)
-    is not supported.
+    (``running_mean`` zeros, ``running_var`` ones). The buffers are persistent (saved in
+    the ``state_dict``, as torch's): evaluation mode needs them after loading a
+    checkpoint. ``self.training`` picks the mode. Unlike torch, ``momentum=None`` (a
+    cumulative average) is not supported.
 
     Args:
         num_features: ``D``, the size of axis 1.
@@ -359,7 +358,7 @@ class BatchNorm(nn.Module):
         eps = _validate.positive_real("eps", eps)
         momentum = _validate.real("momentum", momentum, minimum=0.0, maximum=1.0)
         affine = _validate.flag("affine", affine)
-        kw = _factory_kwargs(device, dtype)
+        kw = _validate.factory_kwargs(device, dtype)
         super().__init__()
         self.num_features = num_features
         self.eps = eps
@@ -420,7 +419,7 @@ class LayerNorm(nn.Module):
         shape = _validate.int_sequence("normalized_shape", normalized_shape, minimum=1)
         eps = _validate.positive_real("eps", eps)
         bias = _validate.flag("bias", bias)
-        kw = _factory_kwargs(device, dtype)
+        kw = _validate.factory_kwargs(device, dtype)
         super().__init__()
         self.normalized_shape = shape
         self.eps = eps
@@ -447,7 +446,8 @@ class RMSNorm(nn.Module):
 
     Args:
         normalized_shape: trailing shape to normalize over.
-        eps: see :func:`rms_norm` (default ``1e-6``, as Hugging Face LLaMA; not torch's).
+        eps: see :func:`rms_norm` (default ``1e-6``, as Hugging Face LLaMA; not
+            torch's).
         variant: ``"torch"``, ``"llama"`` or ``"gemma"``, see :func:`rms_norm`.
         device: where to create the parameter.
         dtype: dtype of the parameter.
@@ -469,7 +469,7 @@ class RMSNorm(nn.Module):
         shape = _validate.int_sequence("normalized_shape", normalized_shape, minimum=1)
         eps = _validate.positive_real("eps", eps)
         variant = _validate.choice("variant", variant, _RMS_VARIANTS)
-        kw = _factory_kwargs(device, dtype)
+        kw = _validate.factory_kwargs(device, dtype)
         super().__init__()
         self.normalized_shape = shape
         self.eps = eps
@@ -487,7 +487,7 @@ class RMSNorm(nn.Module):
         return f"{self.normalized_shape}, eps={self.eps}, variant={self.variant!r}"
 
 
-# ---- Where the norm sits ---------------------------------------------------------------------
+# ---- Where the norm sits -------------------------------------------------------------
 
 
 def _make_norm(
@@ -499,7 +499,8 @@ def _make_norm(
 
 
 def mlp(dim: int, hidden: int | None = None) -> torch.nn.Sequential:
-    """The position-wise feed-forward sublayer: ``Linear(dim, hidden)``, GELU, ``Linear``.
+    """The position-wise feed-forward sublayer: ``Linear(dim, hidden)``, GELU,
+    ``Linear``.
 
     Args:
         dim: model width ``D``.
@@ -529,8 +530,8 @@ class _ResidualBlock(nn.Module):
         self.norm = norm
 
     def _input(self, x: object) -> torch.Tensor:
-        """``x`` validated: a floating ``(..., dim)`` tensor with the dtype and device of
-        the block's first parameter (if it has any)."""
+        """``x`` validated: a floating ``(..., dim)`` tensor with the dtype and device
+        of the block's first parameter (if it has any)."""
         x = _validate.tensor("x", x, min_ndim=1, meaning="(..., D)")
         _validate.size("x", x, -1, self.dim, "dim")
         for name, p in self.named_parameters():
@@ -564,11 +565,12 @@ class PreLNBlock(_ResidualBlock):
 
 
 class PostLNBlock(_ResidualBlock):
-    r"""Post-LN residual block: :math:`\mathrm{Norm}(x + F(x))`, as in the original Transformer.
+    r"""Post-LN residual block: :math:`\mathrm{Norm}(x + F(x))`, as in the original
+    Transformer.
 
-    The norm sits on the residual path, so every block rescales the gradient flowing through
-    it; at initialization the gradients of the last layers are large, which is why this
-    placement needs a learning-rate warm-up (Xiong et al., 2020).
+    The norm sits on the residual path, so every block rescales the gradient flowing
+    through it; at initialization the gradients of the last layers are large, which is
+    why this placement needs a learning-rate warm-up (Xiong et al., 2020).
 
     Args:
         dim: model width ``D`` (checked against the input's last dim).
@@ -606,12 +608,13 @@ def residual_stack(
         sublayer: a factory ``dim -> Module`` called once per block; :func:`mlp` when
             ``None``.
         final_norm: append one more norm after the last block; defaults to ``True`` for
-            ``"pre"`` (whose output is otherwise unnormalized) and ``False`` for ``"post"``.
+            ``"pre"`` (whose output is otherwise unnormalized) and ``False`` for
+            ``"post"``.
         eps: the norms' eps; their own defaults when ``None``.
 
     Returns:
-        An :class:`torch.nn.Sequential` of the blocks (and the final norm); ``stack[i]`` is
-        block ``i``, and ``stack[i].sublayer`` its sublayer.
+        An :class:`torch.nn.Sequential` of the blocks (and the final norm); ``stack[i]``
+        is block ``i``, and ``stack[i].sublayer`` its sublayer.
 
     Shape:
         - input: ``(..., D)``

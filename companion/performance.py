@@ -3,26 +3,30 @@ r"""Measuring speed and precision (appendix :ref:`ch-performance`).
 Small helpers that the appendix *Performance and precision* and the scripts in
 ``benchmarks/`` share, so that the page and ``make bench`` measure the same thing:
 
-- :func:`keep_freed_memory`: make the C allocator reuse freed memory, so that a timing measures
-  the kernel and not the operating system's page faults on fresh memory.
-- :func:`compare_timings`: median run times of several implementations measured side by side
-  in one run (warm-up, :mod:`torch.utils.benchmark`, interleaved rounds, accelerator
-  synchronization).
-- :func:`tensor_bytes` and :func:`attention_flops`: the bytes an operation must move and the
-  floating-point operations it must do, the two floors a kernel's time is compared with.
-- :func:`memory_traffic`: the bytes that the torch operators of an implementation read and
-  write, operator by operator: why one formula of the same arithmetic takes several times
-  another's time.
-- :func:`ulp` and :func:`max_abs_error`: how large a rounding step is at a given magnitude,
-  and an error measure that reports NaN and infinity as an infinite error.
-- :func:`rope_table` and :func:`rope_error_by_position`: the RoPE cos/sin tables of three
-  recipes found in the wild (float64 angles as in :mod:`companion.rope`, Hugging Face's float32
-  angles, a bfloat16 table) and the output error of each against a float64 reference.
-- :func:`one_pass_layer_norm` and :func:`naive_softmax_attention`: the two textbook shortcuts
-  whose failures the appendix measures (variance as :math:`E[x^2] - E[x]^2`; a softmax without
-  subtracting the maximum).
+- :func:`keep_freed_memory`: make the C allocator reuse freed memory, so that a timing
+  measures the kernel and not the operating system's page faults on fresh memory.
+- :func:`compare_timings`: median run times of several implementations measured side by
+  side in one run (warm-up, :mod:`torch.utils.benchmark`, interleaved rounds,
+  accelerator synchronization).
+- :func:`tensor_bytes` and :func:`attention_flops`: the bytes an operation must move and
+  the floating-point operations it must do, the two floors a kernel's time is compared
+  with.
+- :func:`memory_traffic`: the bytes that the torch operators of an implementation read
+  and
+  write, operator by operator: why one formula of the same arithmetic takes several
+  times another's time.
+- :func:`ulp` and :func:`max_abs_error`: how large a rounding step is at a given
+  magnitude, and an error measure that reports NaN and infinity as an infinite error.
+- :func:`rope_table` and :func:`rope_error_by_position`: the RoPE cos/sin tables of
+  three recipes found in the wild (float64 angles as in :mod:`companion.rope`, Hugging
+  Face's float32 angles, a bfloat16 table) and the output error of each against a
+  float64 reference.
+- :func:`one_pass_layer_norm` and :func:`naive_softmax_attention`: the two textbook
+  shortcuts whose failures the appendix measures (variance as :math:`E[x^2] - E[x]^2`; a
+  softmax without subtracting the maximum).
 
-Timings depend on the machine and its load: nothing here or in the tests asserts on them.
+Timings depend on the machine and its load: nothing here or in the tests asserts on
+them.
 """
 
 from __future__ import annotations
@@ -66,30 +70,32 @@ ROPE_RECIPES = ("float64-angles", "float32-angles", "bfloat16-table")
 """The RoPE table recipes :func:`rope_table` builds."""
 
 
-# ---- timing ----------------------------------------------------------------------------------
+# ---- timing --------------------------------------------------------------------------
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameters of glibc's <malloc.h>
 _M_MMAP_THRESHOLD = -3
 
 
 def keep_freed_memory(limit_bytes: int = 2**30) -> bool:
-    """Ask glibc's ``malloc`` to keep and reuse freed memory up to ``limit_bytes`` per block.
+    """Ask glibc's ``malloc`` to keep and reuse freed memory up to ``limit_bytes`` per
+    block.
 
-    On the CPU torch allocates tensors with the C library's ``malloc``. By default glibc serves
-    large blocks with fresh ``mmap`` pages and returns freed memory to the operating system, so
-    the next tensor of that size costs a page fault per 4 KiB page on first touch; whether that
-    happens depends on the allocation history, and it can dominate the time of a memory-bound
-    operation. Raising ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` makes freed blocks stay in
-    the process and be reused, as torch's caching allocator does on a GPU, so that a timing
-    measures the kernel. The setting is process-wide and lasts until the process ends; the
-    price is that the process keeps up to ``limit_bytes`` of freed memory.
+    On the CPU torch allocates tensors with the C library's ``malloc``. By default glibc
+    serves large blocks with fresh ``mmap`` pages and returns freed memory to the
+    operating system, so the next tensor of that size costs a page fault per 4 KiB page
+    on first touch; whether that happens depends on the allocation history, and it can
+    dominate the time of a memory-bound operation. Raising ``M_MMAP_THRESHOLD`` and
+    ``M_TRIM_THRESHOLD`` makes freed blocks stay in the process and be reused, as
+    torch's caching allocator does on a GPU, so that a timing measures the kernel. The
+    setting is process-wide and lasts until the process ends; the price is that the
+    process keeps up to ``limit_bytes`` of freed memory.
 
     Args:
         limit_bytes: blocks up to this size come from the reusable heap; positive.
 
     Returns:
-        ``True`` if the setting was applied (Linux with glibc), ``False`` elsewhere (other C
-        libraries manage memory differently; nothing is changed).
+        ``True`` if the setting was applied (Linux with glibc), ``False`` elsewhere
+        (other C libraries manage memory differently; nothing is changed).
     """
     limit_bytes = _validate.positive_int("limit_bytes", limit_bytes)
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
@@ -111,22 +117,23 @@ def compare_timings(
 ) -> dict[str, float]:
     """Median seconds per call of each case, measured side by side in one run.
 
-    Each case is called once to warm up (allocator, caches, lazy initialization, compilation).
-    Then, ``rounds`` times, every case is measured in turn with
-    :meth:`torch.utils.benchmark.Timer.blocked_autorange` (at least ``min_run_time`` seconds of
-    calls, the median of its blocks); interleaving the cases means that a change in the
-    machine's load hits all of them alike. The result is the median over the rounds. The timer
-    of :mod:`torch.utils.benchmark` synchronizes a CUDA device before reading the clock, so
-    asynchronous kernels are counted in full.
+    Each case is called once to warm up (allocator, caches, lazy initialization,
+    compilation). Then, ``rounds`` times, every case is measured in turn with
+    :meth:`torch.utils.benchmark.Timer.blocked_autorange` (at least ``min_run_time``
+    seconds of calls, the median of its blocks); interleaving the cases means that a
+    change in the machine's load hits all of them alike. The result is the median over
+    the rounds. The timer of :mod:`torch.utils.benchmark` synchronizes a CUDA device
+    before reading the clock, so asynchronous kernels are counted in full.
 
     Args:
         cases: name -> a function with no arguments (its result is discarded); measure
-            implementations on the *same* tensors so that the ratios compare like with like.
+            implementations on the *same* tensors so that the ratios compare like with
+            like.
         min_run_time: seconds of calls per measurement; positive.
         rounds: number of interleaved rounds; at least 1.
         num_threads: CPU threads torch may use while the cases run; default
-            ``torch.get_num_threads()``, the setting of the caller. (``Timer`` on its own runs
-            with one thread, whatever the process uses.)
+            ``torch.get_num_threads()``, the setting of the caller. (``Timer`` on its
+            own runs with one thread, whatever the process uses.)
 
     Returns:
         name -> median seconds per call, in the order of ``cases``.
@@ -160,16 +167,17 @@ def compare_timings(
     return {name: statistics.median(ts) for name, ts in per_round.items()}
 
 
-# ---- what bounds an operation ----------------------------------------------------------------
+# ---- what bounds an operation --------------------------------------------------------
 
 
 def tensor_bytes(*tensors: Tensor) -> int:
-    """Bytes held by the elements of the given tensors (``numel * element_size`` summed).
+    """Bytes held by the elements of the given tensors (``numel * element_size``
+    summed).
 
     An operation that reads tensors ``a, b`` and writes ``c`` moves at least
     ``tensor_bytes(a, b, c)`` bytes through memory; divided by the run time this is the
-    bandwidth it achieved. ``x.clone()`` moves ``2 * tensor_bytes(x)``: the floor for any
-    out-of-place elementwise operation on ``x``.
+    bandwidth it achieved. ``x.clone()`` moves ``2 * tensor_bytes(x)``: the floor for
+    any out-of-place elementwise operation on ``x``.
 
     Args:
         tensors: any tensors.
@@ -184,11 +192,12 @@ def tensor_bytes(*tensors: Tensor) -> int:
 
 @dataclass(frozen=True)
 class MemoryTraffic:
-    """Bytes read and written by each torch operator of a call (from :func:`memory_traffic`).
+    """Bytes read and written by each torch operator of a call (from
+    :func:`memory_traffic`).
 
     Attributes:
-        ops: one ``(operator name, bytes read, bytes written)`` per operator that moved data,
-            in call order.
+        ops: one ``(operator name, bytes read, bytes written)`` per operator that moved
+            data, in call order.
     """
 
     ops: list[tuple[str, int, int]] = field(default_factory=list)
@@ -222,7 +231,8 @@ _FRESH = {"empty", "empty_like", "empty_strided"}
 
 
 def _distinct_bytes(t: Tensor) -> int:
-    """Bytes of the distinct elements of ``t``: a broadcast (stride 0) axis holds one element."""
+    """Bytes of the distinct elements of ``t``: a broadcast (stride 0) axis holds one
+    element."""
     n = 1
     for size, stride in zip(t.shape, t.stride(), strict=True):
         n *= size if stride != 0 else 1
@@ -230,15 +240,16 @@ def _distinct_bytes(t: Tensor) -> int:
 
 
 class _TensorWatch(TorchDispatchMode):
-    """Watches every torch operator run while active: the one memory meter of the package.
+    """Watches every torch operator run while active: the one memory meter of the
+    package.
 
-    With ``traffic=True`` it adds up, per operator, the distinct bytes of its tensor inputs
-    (read) and outputs (written), for :func:`memory_traffic`. With ``live=True`` it counts
-    the bytes of the storages that operators create as they live and die, and their peak,
-    for :func:`companion.attention.measure_peak_memory`: a storage is counted once, when an
-    operator first returns it, and released when the last tensor seen on it (the first
-    result or any later view or in-place result) is garbage collected; storages of tensors
-    made before the watch started are never counted.
+    With ``traffic=True`` it adds up, per operator, the distinct bytes of its tensor
+    inputs (read) and outputs (written), for :func:`memory_traffic`. With ``live=True``
+    it counts the bytes of the storages that operators create as they live and die, and
+    their peak, for :func:`companion.attention.measure_peak_memory`: a storage is
+    counted once, when an operator first returns it, and released when the last tensor
+    seen on it (the first result or any later view or in-place result) is garbage
+    collected; storages of tensors made before the watch started are never counted.
     """
 
     def __init__(self, *, traffic: bool = False, live: bool = False) -> None:
@@ -297,7 +308,8 @@ class _TensorWatch(TorchDispatchMode):
             storage = t.untyped_storage()
             address = storage.data_ptr()
             if address == 0 or (address in inputs and address not in self._sizes):
-                continue  # empty, or a view/in-place result of a tensor made before the watch
+                # empty, or a view/in-place result of a tensor made before the watch
+                continue
             if address not in self._sizes:  # new memory
                 self._sizes[address] = storage.nbytes()
                 self._refs[address] = 0
@@ -317,12 +329,13 @@ def memory_traffic(fn: Callable[[], object]) -> MemoryTraffic:
     """The bytes that each torch operator called by ``fn()`` reads and writes.
 
     A model of memory traffic, not a measurement: every operator is taken to read each
-    distinct element of its tensor inputs once and to write each element of its outputs once
-    (a broadcast input, such as a cos/sin table shared by all heads, counts its own elements,
-    not the broadcast size; views, and the memory an ``out=`` argument only receives, move
-    nothing). Caches can make the true traffic smaller, and the count cannot see inside one
-    compiled or fused kernel. ``x.clone()`` moves ``2 * tensor_bytes(x)``; the appendix
-    compares each formula's count with its measured time. Operators are seen through a
+    distinct element of its tensor inputs once and to write each element of its outputs
+    once (a broadcast input, such as a cos/sin table shared by all heads, counts its own
+    elements, not the broadcast size; views, and the memory an ``out=`` argument only
+    receives, move nothing). Caches can make the true traffic smaller, and the count
+    cannot see inside one compiled or fused kernel. ``x.clone()`` moves
+    ``2 * tensor_bytes(x)``; the appendix compares each formula's count with its
+    measured time. Operators are seen through a
     :class:`~torch.utils._python_dispatch.TorchDispatchMode` (call ``fn`` eagerly).
 
     Args:
@@ -343,10 +356,11 @@ def attention_flops(
 ) -> int:
     r"""Floating-point operations of the two matrix products of attention.
 
-    :math:`QK^\top` and :math:`PV` each take :math:`L \cdot S \cdot D` multiply-adds per head,
-    two operations each: :math:`4\,B H L S D` in all. The softmax adds :math:`O(BHLS)`, which
-    is small next to it when :math:`D` is 64 or more; the score matrix it reads and writes is
-    :math:`B H L S` numbers, the memory that tiling avoids.
+    :math:`QK^\top` and :math:`PV` each take :math:`L \cdot S \cdot D` multiply-adds per
+    head,
+    two operations each: :math:`4\,B H L S D` in all. The softmax adds :math:`O(BHLS)`,
+    which is small next to it when :math:`D` is 64 or more; the score matrix it reads
+    and writes is :math:`B H L S` numbers, the memory that tiling avoids.
 
     Args:
         batch: ``B``.
@@ -369,17 +383,19 @@ def attention_flops(
     return 4 * b * h * n * s * d
 
 
-# ---- precision -------------------------------------------------------------------------------
+# ---- precision -----------------------------------------------------------------------
 
 
 def ulp(x: Tensor | float, *, dtype: torch.dtype = torch.float32) -> Tensor:
-    r"""The spacing of ``dtype``'s numbers at magnitude ``|x|``: one unit in the last place.
+    r"""The spacing of ``dtype``'s numbers at magnitude ``|x|``: one unit in the last
+    place.
 
     For :math:`2^k \le |x| < 2^{k+1}` this is :math:`2^{k}\,\varepsilon` with
     :math:`\varepsilon` = ``torch.finfo(dtype).eps`` (:math:`2^{-23}` for float32,
-    :math:`2^{-7}` for bfloat16), the distance from a number of that binade to the next larger
-    one (``numpy.spacing``'s convention). Below the smallest normal number the spacing is the
-    constant of the subnormals. Rounding to nearest errs by at most half of it.
+    :math:`2^{-7}` for bfloat16), the distance from a number of that binade to the next
+    larger one (``numpy.spacing``'s convention). Below the smallest normal number the
+    spacing is the constant of the subnormals. Rounding to nearest errs by at most half
+    of it.
 
     Args:
         x: magnitudes (a tensor or a number); finite.
@@ -404,10 +420,11 @@ def ulp(x: Tensor | float, *, dtype: torch.dtype = torch.float32) -> Tensor:
 
 
 def max_abs_error(approx: Tensor, reference: Tensor) -> float:
-    """Largest absolute difference, computed in float64; NaN or infinity count as ``inf``.
+    """Largest absolute difference, computed in float64; NaN or infinity count as
+    ``inf``.
 
-    ``(a - b).abs().max()`` returns NaN when ``a`` holds a NaN, and a NaN compares false with
-    every threshold, so a broken result could pass ``error < tol``. Here it cannot.
+    ``(a - b).abs().max()`` returns NaN when ``a`` holds a NaN, and a NaN compares false
+    with every threshold, so a broken result could pass ``error < tol``. Here it cannot.
 
     Args:
         approx: the result under test.
@@ -441,14 +458,16 @@ def rope_table(
 ) -> tuple[Tensor, Tensor]:
     r"""The RoPE ``(cos, sin)`` table as three common recipes build it.
 
-    - ``"float64-angles"``: angles :math:`m\theta_i` in float64, cos and sin cast to float32;
-      :func:`companion.rope.rope_cos_sin`.
+    - ``"float64-angles"``: angles :math:`m\theta_i` in float64, cos and sin cast to
+      float32; :func:`companion.rope.rope_cos_sin`.
     - ``"float32-angles"``: Hugging Face ``transformers``' ``LlamaRotaryEmbedding``:
       ``inv_freq = 1 / base ** (arange(0, D, 2).float() / D)`` and the angle
-      ``position.float() * inv_freq`` in float32, then cos and sin in float32. At position
-      :math:`m` the angle is rounded to float32's spacing there (0.125 rad at :math:`2^{20}`).
-    - ``"bfloat16-table"``: exact angles, but the table stored in bfloat16 (8 significant bits),
-      as when a model's buffers are cast with ``model.to(torch.bfloat16)``.
+      ``position.float() * inv_freq`` in float32, then cos and sin in float32. At
+      position :math:`m` the angle is rounded to float32's spacing there (0.125 rad at
+      :math:`2^{20}`).
+    - ``"bfloat16-table"``: exact angles, but the table stored in bfloat16 (8
+      significant bits), as when a model's buffers are cast with
+      ``model.to(torch.bfloat16)``.
 
     Args:
         positions: position ids, 1-D, integer or real.
@@ -457,7 +476,8 @@ def rope_table(
         recipe: one of :data:`ROPE_RECIPES`.
 
     Returns:
-        ``(cos, sin)``, float32 (bfloat16 for ``"bfloat16-table"``), on ``positions``' device.
+        ``(cos, sin)``, float32 (bfloat16 for ``"bfloat16-table"``), on ``positions``'
+        device.
 
     Shape:
         positions: ``(L,)``.
@@ -483,12 +503,15 @@ def rope_table(
 
 @dataclass(frozen=True)
 class PositionErrors:
-    """The output error of a RoPE recipe at each position (from :func:`rope_error_by_position`).
+    """The output error of a RoPE recipe at each position (from
+    :func:`rope_error_by_position`).
 
     Attributes:
         positions: the positions, float64 ``(P,)``.
-        error: the largest absolute error of the rotated vectors at each position, ``(P,)``.
-        scale: the largest magnitude of the exact rotated vectors at each position, ``(P,)``.
+        error: the largest absolute error of the rotated vectors at each position,
+            ``(P,)``.
+        scale: the largest magnitude of the exact rotated vectors at each position,
+            ``(P,)``.
     """
 
     positions: Tensor
@@ -509,13 +532,15 @@ def rope_error_by_position(
     num_vectors: int = 8,
     generator: torch.Generator | None = None,
 ) -> PositionErrors:
-    r"""Error of float32 RoPE built with ``recipe``, against float64 RoPE, at each position.
+    r"""Error of float32 RoPE built with ``recipe``, against float64 RoPE, at each
+    position.
 
-    ``num_vectors`` random float32 vectors (standard normal, the same at every position) are
-    rotated by :func:`companion.rope.apply_rope` (half layout, float32 arithmetic) with the
-    recipe's table, and exactly: the same float32 inputs in float64 with float64 angles. The
-    exact rotation keeps each pair's length, so the output scale is that of the input and
-    a float32 result can at best be within half a float32 spacing of it.
+    ``num_vectors`` random float32 vectors (standard normal, the same at every position)
+    are rotated by :func:`companion.rope.apply_rope` (half layout, float32 arithmetic)
+    with the recipe's table, and exactly: the same float32 inputs in float64 with
+    float64 angles. The exact rotation keeps each pair's length, so the output scale is
+    that of the input and a float32 result can at best be within half a float32 spacing
+    of it.
 
     Args:
         positions: positions to test, 1-D, non-negative.
@@ -565,11 +590,12 @@ def rope_error_by_position(
 def one_pass_layer_norm(x: Tensor, *, eps: float = 1e-5) -> Tensor:
     r"""LayerNorm with the one-pass variance :math:`E[x^2] - E[x]^2`, in ``x``'s dtype.
 
-    A baseline to measure, not to use: both terms are about :math:`\mu^2`, so when the mean
-    :math:`\mu` is large next to the spread :math:`\sigma` their difference loses about
-    :math:`2\log_2(|\mu|/\sigma)` bits, and in float32 the variance can come out as zero or
-    negative. :func:`companion.norm.layer_norm` and :func:`torch.nn.functional.layer_norm`
-    subtract the mean first. No gain or bias; normalizes the last dimension.
+    A baseline to measure, not to use: both terms are about :math:`\mu^2`, so when the
+    mean :math:`\mu` is large next to the spread :math:`\sigma` their difference loses
+    about :math:`2\log_2(|\mu|/\sigma)` bits, and in float32 the variance can come out
+    as zero or negative. :func:`companion.norm.layer_norm` and
+    :func:`torch.nn.functional.layer_norm` subtract the mean first. No gain or bias;
+    normalizes the last dimension.
 
     Args:
         x: input, floating point.
@@ -590,12 +616,13 @@ def one_pass_layer_norm(x: Tensor, *, eps: float = 1e-5) -> Tensor:
 
 
 def naive_softmax_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
-    r"""Attention with the softmax written as :math:`e^{s}/\sum e^{s}`, without the max shift.
+    r"""Attention with the softmax written as :math:`e^{s}/\sum e^{s}`, without the max
+    shift.
 
-    A baseline to measure, not to use: in float32 :math:`e^{s}` overflows to infinity for
-    :math:`s > 88.7`, and infinity over infinity is NaN. Subtracting the row maximum first (as
-    :func:`companion.attention.scaled_dot_product_attention` and torch do) gives the same
-    value in exact arithmetic and never overflows.
+    A baseline to measure, not to use: in float32 :math:`e^{s}` overflows to infinity
+    for :math:`s > 88.7`, and infinity over infinity is NaN. Subtracting the row maximum
+    first (as :func:`companion.attention.scaled_dot_product_attention` and torch do)
+    gives the same value in exact arithmetic and never overflows.
 
     Args:
         query: ``(..., L, D)``.

@@ -1,6 +1,7 @@
 """Tests for companion.attention: oracles (a float64 loop from the formula,
-F.scaled_dot_product_attention, nn.MultiheadAttention, torch's causal biases), hypothesis
-properties, validation tables, and the chapter's checkers both ways."""
+F.scaled_dot_product_attention, nn.MultiheadAttention, torch's causal biases),
+hypothesis properties, empty inputs, and the bad-input table that tests/test_contract.py
+runs (the chapter's checkers are tested in tests/checks/test_checks_attention.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.nn.attention.bias import causal_lower_right
 
-from companion import checks
 from companion.attention import (
     MultiHeadAttention,
     additive_score,
@@ -43,7 +43,8 @@ def qkv(*shape_q, source=None, dv=None, dtype=torch.float32, device="cpu", seed=
 
 
 def loop_attention(q, k, v, allowed, scale):
-    """softmax(q·k * scale) v for one (L, D) problem, from the formula, in float64 NumPy."""
+    """softmax(q·k * scale) v for one (L, D) problem, from the formula, in float64
+    NumPy."""
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     out = np.zeros((q.shape[0], v.shape[1]))
     for i in range(q.shape[0]):
@@ -299,7 +300,8 @@ def test_measure_peak_memory_ignores_views_of_existing_tensors():
     assert (
         measure_peak_memory(lambda: x.add_(1.0), device="cpu") == 0
     )  # in place: no new memory
-    # a view of the shared storage must not be charged the whole storage: peaks are the same
+    # a view of the shared storage must not be charged the whole storage: peaks are the
+    # same
     qa, ka, va = x
     q, k, v = qa.clone(), ka.clone(), va.clone()
     shared = measure_peak_memory(
@@ -315,7 +317,8 @@ def test_measure_peak_memory_ignores_views_of_existing_tensors():
 
 
 def test_measure_peak_memory_keeps_a_storage_while_a_view_of_it_lives():
-    """4-D matmul returns a view (_unsafe_view) of a bmm result that dies at once: the storage
+    """4-D matmul returns a view (_unsafe_view) of a bmm result that dies at once: the
+    storage
     must stay counted as long as the returned view holds it."""
     a, b = torch.randn(1, 2, 64, 32), torch.randn(1, 2, 64, 32)
     kept = []
@@ -792,7 +795,8 @@ BAD_INPUTS = [
         "mask_from_torch_mha",
         lambda: mask_from_torch_mha(attn_mask=torch.ones(4, 5, dtype=torch.int64)),
         TypeError,
-        "attn_mask must be a bool or floating tensor, got a tensor of dtype torch.int64",
+        "attn_mask must be a bool or floating tensor, got a tensor of dtype "
+        "torch.int64",
     ),
     (
         "mask_from_torch_mha",
@@ -964,7 +968,7 @@ BAD_INPUTS = [
 ]
 
 
-# ---- empty inputs give their natural answer --------------------------------------------
+# ---- empty inputs give their natural answer ------------------------------------------
 
 
 def test_no_keys_give_zero_outputs_like_a_fully_masked_row():
@@ -1016,7 +1020,7 @@ def test_mask_from_torch_mha_inverts_and_combines():
     )
 
 
-# ---- valid random inputs never raise -----------------------------------------------------
+# ---- valid random inputs never raise -------------------------------------------------
 
 
 @st.composite
@@ -1073,117 +1077,3 @@ def test_valid_multi_head_calls_never_raise(heads, per_head, length, bias, causa
     x = torch.randn(2, length, heads * per_head, dtype=torch.float64)
     mask = None if causal else torch.ones(length, length, dtype=torch.bool)
     assert mha(x, x, x, mask=mask, is_causal=causal).shape == x.shape
-
-
-# ---- checkers, both ways -------------------------------------------------------------
-
-
-def _reject(checker, fn, name):
-    with pytest.raises(checks.CheckError) as info:
-        checker(fn)
-    assert info.value.mistake == name
-    assert name in str(info.value)
-
-
-def test_check_attention_both_ways():
-    assert checks.check_attention(
-        lambda query, key, value: scaled_dot_product_attention(query, key, value)
-    )
-    _reject(
-        checks.check_attention,
-        lambda query, key, value: torch.softmax(query @ key.mT, dim=-1) @ value,
-        "missing 1/sqrt(d_k)",
-    )
-    _reject(
-        checks.check_attention,
-        lambda query, key, value: (
-            torch.softmax(query @ key.mT / query.shape[-1] ** 0.5, dim=-2) @ value
-        ),
-        "softmax over the wrong axis",
-    )
-    _reject(
-        checks.check_attention,
-        lambda query, key, value: (
-            torch.softmax(query @ key.mT / query.shape[-1], dim=-1) @ value
-        ),
-        "divided by d_k instead of sqrt(d_k)",
-    )
-
-
-def test_check_masked_attention_both_ways():
-    def ref(query, key, value, mask):
-        return scaled_dot_product_attention(query, key, value, mask=mask)
-
-    def after(query, key, value, mask):
-        weights = torch.softmax(query @ key.mT / query.shape[-1] ** 0.5, dim=-1)
-        return weights.masked_fill(~mask, 0.0) @ value
-
-    def inverted(query, key, value, mask):
-        return scaled_dot_product_attention(query, key, value, mask=~mask)
-
-    assert checks.check_masked_attention(ref)
-    _reject(checks.check_masked_attention, after, "mask applied after the softmax")
-    _reject(checks.check_masked_attention, inverted, "mask inverted")
-
-
-def test_check_causal_mask_both_ways():
-    def make(diagonal):
-        return lambda query_length, key_length: torch.ones(
-            query_length, key_length, dtype=torch.bool
-        ).tril(diagonal)
-
-    assert checks.check_causal_mask(
-        lambda query_length, key_length: causal_mask(query_length, key_length)
-    )
-    _reject(
-        checks.check_causal_mask,
-        make(-1),
-        "causal mask off by one (the diagonal is excluded)",
-    )
-    _reject(
-        checks.check_causal_mask,
-        make(1),
-        "causal mask off by one (one future key is visible)",
-    )
-
-    def bottom_right(query_length, key_length):
-        return causal_mask(query_length, key_length, alignment="bottom_right")
-
-    _reject(checks.check_causal_mask, bottom_right, "bottom-right alignment")
-    with pytest.raises(checks.CheckError, match="dtype"):
-        checks.check_causal_mask(
-            lambda query_length, key_length: causal_mask(query_length, key_length).int()
-        )
-
-
-def test_check_split_heads_both_ways():
-    assert checks.check_split_heads(
-        lambda x, num_heads: x.view(x.shape[0], x.shape[1], num_heads, -1).transpose(
-            1, 2
-        )
-    )
-    _reject(
-        checks.check_split_heads,
-        lambda x, num_heads: x.reshape(x.shape[0], num_heads, x.shape[1], -1),
-        "reshaped to (B, H, L, E/H) directly",
-    )
-
-
-def test_check_tiled_attention_both_ways():
-    assert checks.check_tiled_attention(
-        lambda query, key, value, block_size: tiled_attention(
-            query, key, value, block_size=block_size
-        )
-    )
-    _reject(
-        checks.check_tiled_attention,
-        checks._tiled_without_rescale,
-        "running sums not rescaled",
-    )
-
-    def no_max(query, key, value, block_size):
-        e = torch.exp(query @ key.mT / query.shape[-1] ** 0.5)
-        return (e @ value) / e.sum(-1, keepdim=True)
-
-    with pytest.raises(checks.CheckError, match="NaN or inf"):
-        checks.check_tiled_attention(no_max)

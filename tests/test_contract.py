@@ -1,15 +1,16 @@
 """The bad-input contract of every public companion name, in one table-driven test.
 
-Each module's test file, ``tests/test_<module>.py`` (and, for the exercise checkers, each
-``tests/checks/test_<chapter>.py`` that has one), defines ``BAD_INPUTS``: a list of
-``(public_name, thunk, exc_type, match_regex)`` (or ``pytest.param`` of those four, to add
-marks such as a CUDA skip). ``public_name`` is a name in the module's ``__all__``, or
-``Class.method``. Here every case runs and must raise ``exc_type`` (a ``TypeError`` or
-``ValueError``) whose message matches ``match_regex`` and names an argument of the
-function it calls. And every callable name in a module's ``__all__`` must have a case: a
-new public name without one fails :func:`test_every_public_name_has_a_bad_input_case`. A
-name that takes no input a caller could get wrong (a result record) is listed in the test
-file's ``NO_BAD_INPUTS``, name -> why.
+Each module's test file, ``tests/test_<module>.py`` (and, for the exercise checkers,
+each ``tests/checks/test_checks_<chapter>.py`` that has one), defines ``BAD_INPUTS``: a
+list of ``(public_name, thunk, exc_type, match_regex)`` (or ``pytest.param`` of those
+four, to add marks such as a CUDA skip). ``public_name`` is a name in the module's
+``__all__``, or ``Class.method``. Here every case runs and must raise ``exc_type`` (a
+``TypeError`` or ``ValueError``) whose message matches ``match_regex`` and names an
+argument of the function it calls. And every callable name in a module's ``__all__``
+must have a case: a new public name without one fails
+:func:`test_every_public_name_has_a_bad_input_case`. A name that takes no input a caller
+could get wrong (a result record) is listed in the test file's ``NO_BAD_INPUTS``, name
+-> why.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 
-#: companion's public modules, in reading order; a module that does not exist yet is skipped
+#: companion's public modules, in reading order; a module that does not exist yet is
+# skipped
 MODULES = [
     "environment",
     "plotting",
@@ -38,6 +40,7 @@ MODULES = [
     "model",
     "decoder",
     "performance",
+    "kernels",
 ]
 
 #: names a message may use for an argument that is not a parameter of the signature
@@ -46,11 +49,12 @@ ARGUMENTS_BEYOND_THE_SIGNATURE = {
 }
 
 
-# ---- collecting the tables -------------------------------------------------------------
+# ---- collecting the tables -----------------------------------------------------------
 
 
 def _load(path: Path) -> ModuleType | None:
-    """Import a test file under a private name; ``None`` when it skips itself (an optional
+    """Import a test file under a private name; ``None`` when it skips itself (an
+    optional
     dependency missing)."""
     name = "_contract_" + "_".join(path.relative_to(TESTS).with_suffix("").parts)
     if name in sys.modules:
@@ -65,33 +69,39 @@ def _load(path: Path) -> ModuleType | None:
     return module
 
 
-def _targets() -> list[tuple[str, Path]]:
-    """(companion module, test file) pairs whose tables this test reads."""
-    pairs = [
-        (name, TESTS / f"test_{name}.py")
+def _targets() -> dict[str, list[Path]]:
+    """companion module -> the test files whose tables cover it. The checkers' tables
+    (every ``tests/checks/test_*.py`` that has one) together cover ``companion.checks``,
+    whose ``__init__`` exports every chapter's checkers."""
+    targets = {
+        name: [TESTS / f"test_{name}.py"]
         for name in MODULES
         if importlib.util.find_spec(f"companion.{name}") is not None
+    }
+    checks = [
+        path
+        for path in sorted((TESTS / "checks").glob("test_*.py"))
+        if "BAD_INPUTS" in path.read_text()
     ]
-    for path in sorted((TESTS / "checks").glob("test_*.py")):
-        chapter = path.stem.removeprefix("test_")
-        if "BAD_INPUTS" in path.read_text():  # checker tests that define a table
-            found = importlib.util.find_spec(f"companion.checks.{chapter}") is not None
-            pairs.append((f"checks.{chapter}" if found else "checks", path))
-    return pairs
+    if checks:
+        targets["checks"] = checks
+    return targets
+
+
+def _table(case: object) -> tuple[tuple, tuple]:
+    """A case's four values and its marks (a plain tuple or a ``pytest.param``)."""
+    return (case.values, case.marks) if hasattr(case, "values") else (case, ())
 
 
 def _cases() -> list:
     cases = []
-    for module, path in _targets():
-        tests = _load(path) if path.exists() else None
-        for i, case in enumerate(getattr(tests, "BAD_INPUTS", [])):
-            values, marks = (
-                (case.values, case.marks) if hasattr(case, "values") else (case, ())
-            )
-            name = values[0]
-            cases.append(
-                pytest.param(module, *values, marks=marks, id=f"{module}.{name}-{i}")
-            )
+    for module, paths in _targets().items():
+        for path in paths:
+            tests = _load(path) if path.exists() else None
+            for i, case in enumerate(getattr(tests, "BAD_INPUTS", [])):
+                values, marks = _table(case)
+                ident = f"{module}.{values[0]}-{path.stem}-{i}"
+                cases.append(pytest.param(module, *values, marks=marks, id=ident))
     return cases
 
 
@@ -120,54 +130,47 @@ def _argument_names(obj: object) -> set[str]:
     return names
 
 
-# ---- every case raises a named TypeError or ValueError ---------------------------------
+# ---- every case raises a named TypeError or ValueError -------------------------------
 
 
 @pytest.mark.parametrize(
     ("module", "public_name", "thunk", "exc_type", "match"), _cases()
 )
 def test_bad_input_raises_a_named_error(module, public_name, thunk, exc_type, match):
-    assert exc_type in (TypeError, ValueError), (
-        "the contract allows TypeError or ValueError"
-    )
+    assert exc_type in (TypeError, ValueError), "the contract: TypeError or ValueError"
     with pytest.raises(exc_type, match=match) as info:
         thunk()
     assert type(info.value) is exc_type, f"raised a {type(info.value).__name__}"
-    message = str(info.value)
-    arguments = _argument_names(_resolve(module, public_name))
+    target = _resolve(module, public_name)
+    if not callable(target):
+        return  # a constant (the choices of an argument, a read-only mapping)
+    arguments = _argument_names(target)
     arguments |= ARGUMENTS_BEYOND_THE_SIGNATURE.get(f"{module}.{public_name}", set())
+    message = str(info.value)
     named = [a for a in arguments if re.search(rf"(?<![\w.]){re.escape(a)}\b", message)]
-    assert named, (
-        f"the message names none of the arguments {sorted(arguments)}: {message!r}"
-    )
+    assert named, f"the message names none of {sorted(arguments)}: {message!r}"
 
 
-# ---- every public name has a case -------------------------------------------------------
+# ---- every public name has a case ----------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("module", "path"), _targets(), ids=lambda v: str(v).split("/")[-1]
-)
-def test_every_public_name_has_a_bad_input_case(module, path):
-    if not path.exists():
-        pytest.fail(
-            f"companion.{module} has no test file {path.relative_to(TESTS.parent)}"
-        )
-    tests = _load(path)
-    if tests is None:
-        pytest.skip(
-            f"{path.name} skips itself here (an optional dependency is missing)"
-        )
-    if not hasattr(tests, "BAD_INPUTS"):
-        pytest.fail(f"{path.name} defines no BAD_INPUTS for companion.{module}")
-    exempt = getattr(tests, "NO_BAD_INPUTS", {})
+@pytest.mark.parametrize(("module", "paths"), list(_targets().items()), ids=str)
+def test_every_public_name_has_a_bad_input_case(module, paths):
+    names, exempt = set(), {}
+    for path in paths:
+        if not path.exists():
+            pytest.fail(f"companion.{module} has no test file {path.name}")
+        tests = _load(path)
+        if tests is None:
+            pytest.skip(f"{path.name} skips itself (an optional dependency is missing)")
+        if not hasattr(tests, "BAD_INPUTS"):
+            pytest.fail(f"{path.name} defines no BAD_INPUTS for companion.{module}")
+        exempt |= getattr(tests, "NO_BAD_INPUTS", {})
+        names |= {_table(case)[0][0] for case in tests.BAD_INPUTS}
     assert all(isinstance(why, str) and why for why in exempt.values()), "say why"
-    names = {(c.values if hasattr(c, "values") else c)[0] for c in tests.BAD_INPUTS}
     for name in names:  # every case names something that exists
         _resolve(module, name)
     public = importlib.import_module(f"companion.{module}").__all__
-    covered = {n.split(".")[0] for n in names} | set(exempt)
+    covered = {name.split(".")[0] for name in names} | set(exempt)
     missing = [n for n in public if callable(_resolve(module, n)) and n not in covered]
-    assert not missing, (
-        f"public names of companion.{module} with no bad-input case: {missing}"
-    )
+    assert not missing, f"companion.{module}'s public names with no case: {missing}"

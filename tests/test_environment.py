@@ -22,8 +22,8 @@ from companion import environment
 
 @pytest.fixture
 def importable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Skip the fresh interpreter that checks importability (seconds per report) in tests
-    about something else."""
+    """Skip the fresh interpreter that checks importability (seconds per report) in
+    tests about something else."""
     monkeypatch.setattr(environment, "_importable_from", lambda folder: True)
 
 
@@ -32,7 +32,7 @@ def test_seed_everything_makes_every_generator_repeat() -> None:
         gen = companion.seed_everything(123)
         return (
             random.random(),
-            float(np.random.rand()),  # noqa: NPY002 -- the global generator is the point
+            float(np.random.rand()),  # noqa: NPY002 -- the global generator is tested
             torch.rand(3),
             torch.rand(3, generator=gen),
         )
@@ -80,8 +80,8 @@ def test_report_lists_the_real_versions() -> None:
 def test_report_checks_importability_from_the_given_folder(tmp_path) -> None:
     report = companion.environment_report(tmp_path)
     assert report.importable_from == f".../{tmp_path.name}"  # not this machine's path
-    # companion is installed into the environment (pip install -e .), so a fresh interpreter
-    # started anywhere finds it
+    # companion is installed into the environment (pip install -e .), so a fresh
+    # interpreter started anywhere finds it
     assert report.importable
 
 
@@ -128,7 +128,7 @@ def test_version_parsing(version: str, expected: tuple[int, ...]) -> None:
     assert environment._version_tuple(version) == expected
 
 
-# ---- torch's version: the local part is not a mismatch ---------------------------------
+# ---- torch's version: the local part is not a mismatch -------------------------------
 
 
 @pytest.mark.parametrize(
@@ -203,8 +203,8 @@ def test_report_checks_every_third_party_module_a_chapter_imports(importable) ->
 
 
 def test_required_packages_are_the_declared_dependencies() -> None:
-    """Each package the report checks is a dependency or in the book extra, with the same
-    minimum, so the install command it prints brings it."""
+    """Each package the report checks is a dependency or in the book extra, with the
+    same minimum, so the install command it prints brings it."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = {}
     for spec in project["dependencies"] + project["optional-dependencies"]["book"]:
@@ -234,7 +234,7 @@ def test_a_missing_package_says_how_to_install_everything(
     assert 'pip install -e ".[book]"' in line and "repository root" in line
 
 
-# ---- no build-machine paths -----------------------------------------------------------
+# ---- no build-machine paths ----------------------------------------------------------
 
 
 def test_report_shows_no_path_of_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -352,7 +352,7 @@ BAD_INPUTS = [
 ]
 
 
-# ---- valid random inputs never raise -----------------------------------------------------
+# ---- valid random inputs never raise -------------------------------------------------
 
 
 @given(st.integers(0, 2**32 - 1))

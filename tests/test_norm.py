@@ -1,5 +1,6 @@
 """Tests for companion.norm: oracles (torch built-ins, Hugging Face, float64 loops),
-hypothesis properties, a validation table, and the chapter's checkers both ways."""
+hypothesis properties, empty inputs, and the bad-input table that tests/test_contract.py
+runs (the chapter's checkers are tested in tests/checks/test_checks_norm.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from companion import checks, norm
+from companion import norm
 
 DTYPE_TOL = {
     torch.float32: {"atol": 1e-5, "rtol": 1e-5},
@@ -27,7 +28,7 @@ def _randn(
     return torch.randn(*shape, generator=g).to(dtype=dtype, device=device)
 
 
-# ---- oracle: a float64 loop written from the formulas ---------------------------------------
+# ---- oracle: a float64 loop written from the formulas --------------------------------
 
 
 def _loop_layer_norm(
@@ -66,7 +67,7 @@ def test_batch_norm_matches_float64_loop():
         torch.testing.assert_close(got[:, j, :], expected, atol=1e-12, rtol=1e-12)
 
 
-# ---- oracle: torch built-ins -----------------------------------------------------------------
+# ---- oracle: torch built-ins ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -198,7 +199,7 @@ def test_half_precision_keeps_dtype_and_stays_finite():
         assert torch.isfinite(out).all()
 
 
-# ---- residual builders -----------------------------------------------------------------------
+# ---- residual builders ---------------------------------------------------------------
 
 
 def test_blocks_compute_their_formulas():
@@ -231,7 +232,7 @@ def test_post_ln_output_is_normalized():
     torch.testing.assert_close(y.mean(-1), torch.zeros(3), atol=1e-5, rtol=0)
 
 
-# ---- properties ------------------------------------------------------------------------------
+# ---- properties ----------------------------------------------------------------------
 
 rows = st.integers(min_value=1, max_value=4)
 widths = st.integers(min_value=2, max_value=32)
@@ -683,7 +684,8 @@ BAD_INPUTS = [
         "PreLNBlock",
         lambda: _block(torch.zeros(2, 4, dtype=torch.float64)),
         TypeError,
-        "x must have sublayer.weight's dtype torch.float32, got a tensor of dtype torch.float64",
+        "x must have sublayer.weight's dtype torch.float32, "
+        "got a tensor of dtype torch.float64",
     ),
     (
         "PreLNBlock",
@@ -768,7 +770,7 @@ BAD_INPUTS = [
 ]
 
 
-# ---- empty inputs give their natural answer --------------------------------------------
+# ---- empty inputs give their natural answer ------------------------------------------
 
 
 @pytest.mark.parametrize("shape", [(0, 4), (2, 0, 4), (0, 3, 4)])
@@ -789,7 +791,7 @@ def test_batch_norm_of_no_features_is_empty():
     ).shape == (0, 4)
 
 
-# ---- valid random inputs never raise -----------------------------------------------------
+# ---- valid random inputs never raise -------------------------------------------------
 
 
 @given(
@@ -831,149 +833,3 @@ def test_valid_batch_norm_calls_never_raise(b, d, length, training, momentum):
 def test_valid_residual_stacks_never_raise(depth, dim, placement):
     stack = norm.residual_stack(depth, dim, placement=placement, norm="rms", eps=1e-5)
     assert stack(torch.randn(2, 3, dim)).shape == (2, 3, dim)
-
-
-# ---- checkers, both ways ---------------------------------------------------------------------
-
-
-def _ln(x, weight, bias, eps, *, correction=0, outside=False, dim=-1, gain=True):
-    var, mean = torch.var_mean(x, dim=dim, correction=correction, keepdim=True)
-    denom = var.sqrt() + eps if outside else torch.sqrt(var + eps)
-    y = (x - mean) / denom
-    return (y * weight if gain else y) + bias
-
-
-def test_check_layer_norm_accepts_package():
-    assert checks.check_layer_norm(
-        lambda x, weight, bias, eps: norm.layer_norm(
-            x, x.shape[-1], weight, bias, eps=eps
-        )
-    )
-
-
-@pytest.mark.parametrize(
-    "kwargs, name",
-    [
-        ({"correction": 1}, "unbiased variance"),
-        ({"outside": True}, "eps outside the square root"),
-        ({"correction": 1, "outside": True}, "Annotated Transformer"),
-        ({"dim": 0}, "normalizing over the batch axis"),
-        ({"gain": False}, "forgetting the gain"),
-    ],
-)
-def test_check_layer_norm_names_mistakes(kwargs, name):
-    with pytest.raises(checks.CheckError, match=name) as info:
-        checks.check_layer_norm(
-            lambda x, weight, bias, eps: _ln(x, weight, bias, eps, **kwargs)
-        )
-    assert info.value.mistake is not None and name.split()[0] in info.value.mistake
-
-
-def _rms(x, weight, eps, *, center=False, outside=False, gain=True, total=False):
-    if center:
-        x = x - x.mean(-1, keepdim=True)
-    ms = (
-        x.square().sum(-1, keepdim=True) if total else x.square().mean(-1, keepdim=True)
-    )
-    y = x / (ms.sqrt() + eps) if outside else x * torch.rsqrt(ms + eps)
-    return y * weight if gain else y
-
-
-def test_check_rms_norm_both_ways():
-    assert checks.check_rms_norm(
-        lambda x, weight, eps: norm.rms_norm(x, x.shape[-1], weight, eps=eps)
-    )
-    for kwargs, name in [
-        ({"center": True}, "subtracting the mean"),
-        ({"outside": True}, "eps outside the square root"),
-        ({"gain": False}, "forgetting the gain"),
-        ({"total": True}, "sum of squares"),
-    ]:
-        with pytest.raises(checks.CheckError, match=name):
-            checks.check_rms_norm(
-                lambda x, weight, eps, kw=kwargs: _rms(x, weight, eps, **kw)
-            )
-
-
-def _bn(
-    x,
-    running_mean,
-    running_var,
-    weight,
-    bias,
-    momentum,
-    eps,
-    *,
-    correction=0,
-    outside=False,
-    dim=0,
-    gain=True,
-    run_biased=False,
-    swap=False,
-):
-    n = x.shape[0]
-    var, mean = torch.var_mean(x, dim=dim, correction=correction, keepdim=True)
-    denom = var.sqrt() + eps if outside else torch.sqrt(var + eps)
-    y = (x - mean) / denom
-    y = (y * weight if gain else y) + bias
-    bvar, bmean = torch.var_mean(x, dim=0, correction=0)
-    run_var = bvar if run_biased else bvar * n / (n - 1)
-    m = 1 - momentum if swap else momentum
-    return y, (1 - m) * running_mean + m * bmean, (1 - m) * running_var + m * run_var
-
-
-def test_check_batch_norm_accepts_package():
-    def mine(x, running_mean, running_var, weight, bias, momentum, eps):
-        y = norm.batch_norm(
-            x, running_mean, running_var, weight, bias, momentum=momentum, eps=eps
-        )
-        return y, running_mean, running_var
-
-    assert checks.check_batch_norm(mine)
-
-
-@pytest.mark.parametrize(
-    "kwargs, name",
-    [
-        ({"correction": 1}, "unbiased variance"),
-        ({"outside": True}, "eps outside the square root"),
-        ({"dim": -1}, "normalizing over the feature axis"),
-        ({"gain": False}, "forgetting the gain"),
-        ({"run_biased": True}, "biased variance in the running estimate"),
-        ({"swap": True}, "momentum the wrong way round"),
-    ],
-)
-def test_check_batch_norm_names_mistakes(kwargs, name):
-    with pytest.raises(checks.CheckError, match=name):
-        checks.check_batch_norm(lambda *a: _bn(*a, **kwargs))
-
-
-def test_check_batch_norm_wants_a_tuple():
-    with pytest.raises(checks.CheckError, match="returns"):
-        checks.check_batch_norm(lambda x, *a: x)
-
-
-def test_check_variance_both_ways():
-    assert checks.check_variance(lambda x, dim: torch.var(x, dim=dim, correction=0))
-    with pytest.raises(checks.CheckError, match="catastrophic cancellation"):
-        checks.check_variance(
-            lambda x, dim: x.square().mean(dim) - x.mean(dim).square()
-        )
-    with pytest.raises(checks.CheckError, match="unbiased variance"):
-        checks.check_variance(lambda x, dim: torch.var(x, dim=dim, correction=1))
-
-
-def test_check_residual_blocks_both_ways():
-    def pre(x, sublayer, norm):
-        return x + sublayer(norm(x))
-
-    def post(x, sublayer, norm):
-        return norm(x + sublayer(x))
-
-    assert checks.check_residual_blocks(pre, post)
-    with pytest.raises(checks.CheckError, match="Post-LN order"):
-        checks.check_residual_blocks(post, post)
-    with pytest.raises(checks.CheckError, match="Pre-LN order"):
-        checks.check_residual_blocks(pre, pre)
-    with pytest.raises(checks.CheckError, match="no residual"):
-        checks.check_residual_blocks(lambda x, sublayer, norm: sublayer(norm(x)), post)

@@ -1,6 +1,6 @@
-"""Tests for companion.performance: oracle tests (numpy.spacing, Hugging Face's rotary table,
-torch.nn.functional), hypothesis properties, and the validation table. No test asserts on
-time."""
+"""Tests for companion.performance: oracle tests (numpy.spacing, Hugging Face's rotary
+table, torch.nn.functional), hypothesis properties, and the validation table. No test
+asserts on time."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: E402
 
-# ---- oracle tests ---------------------------------------------------------------------------------
+# ---- oracle tests --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -102,7 +102,8 @@ def test_rope_error_of_package_within_4_ulps_at_2_to_the_20() -> None:
     positions = torch.tensor([1.0, 2.0**10, 2.0**15, 2.0**20])
     errors = rope_error_by_position(positions, 128, recipe="float64-angles")
     assert errors.in_ulps().max().item() <= 4.0
-    # Hugging Face's float32 angles are off by up to half of 0.125 rad at 2**20: far worse
+    # Hugging Face's float32 angles are off by up to half of 0.125 rad at 2**20: far
+    # worse
     hf = rope_error_by_position(positions, 128, recipe="float32-angles")
     assert hf.error[-1].item() > 1e-3
     assert hf.error[0].item() == errors.error[0].item()  # same table at position 1
@@ -112,7 +113,8 @@ def test_rope_error_of_package_within_4_ulps_at_2_to_the_20() -> None:
 
 
 def test_rope_error_reference_is_exact_rotation() -> None:
-    # the float64 reference keeps each pair's length: the scale is the input's max pair norm
+    # the float64 reference keeps each pair's length: the scale is the input's max pair
+    # norm
     errors = rope_error_by_position(torch.tensor([0.0, 5.0]), 16, num_vectors=3)
     x = torch.randn(3, 16, generator=torch.Generator().manual_seed(0))
     assert errors.error[0].item() == 0.0  # position 0: cos = 1, sin = 0, exact
@@ -179,7 +181,8 @@ def test_compare_timings_measures_every_case() -> None:
 
 @pytest.mark.parametrize("requested", [None, 1, 2])
 def test_compare_timings_runs_cases_with_the_requested_threads(requested) -> None:
-    """torch.utils.benchmark.Timer alone runs with one thread; the caller's setting must hold."""
+    """torch.utils.benchmark.Timer alone runs with one thread; the caller's setting
+    must hold."""
     seen: set[int] = set()
 
     def fn() -> None:
@@ -200,7 +203,7 @@ def test_keep_freed_memory_applies_on_glibc_only() -> None:
     assert x.clone().sum().item() == 2**19
 
 
-# ---- properties -----------------------------------------------------------------------------------
+# ---- properties ----------------------------------------------------------------------
 
 
 @given(
@@ -543,7 +546,7 @@ BAD_INPUTS = [
 ]
 
 
-# ---- empty inputs and valid random inputs ------------------------------------------------
+# ---- empty inputs and valid random inputs --------------------------------------------
 
 
 def test_empty_inputs_give_their_natural_answer() -> None:
@@ -574,7 +577,7 @@ def test_valid_random_inputs_never_raise(values, dtype, recipe, half, position) 
         assert one_pass_layer_norm(x).shape == x.shape
 
 
-# ---- the appendix's plot helper -------------------------------------------------------------------
+# ---- the appendix's plot helper ------------------------------------------------------
 
 
 def test_ratio_bars_draws_one_bar_per_ratio_and_validates() -> None:
@@ -605,7 +608,7 @@ def test_ratio_bars_draws_one_bar_per_ratio_and_validates() -> None:
         plt.close(fig)
 
 
-# ---- memory_traffic: counts checked against hand counts ----------------------------------------
+# ---- memory_traffic: counts checked against hand counts ------------------------------
 
 
 def test_memory_traffic_of_single_operators() -> None:
@@ -635,7 +638,8 @@ def test_memory_traffic_of_single_operators() -> None:
 
 
 def test_memory_traffic_explains_the_rope_formulas() -> None:
-    """Hand counts, in bytes of x, for Hugging Face's formula and the package's two layouts."""
+    """Hand counts, in bytes of x, for Hugging Face's formula and the package's two
+    layouts."""
     from transformers.models.llama.modeling_llama import rotate_half
 
     B, H, L, D = 1, 4, 16, 8
@@ -644,8 +648,8 @@ def test_memory_traffic_explains_the_rope_formulas() -> None:
     hf_cos, hf_sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)  # (L, D)
     xb = tensor_bytes(x)
     table = tensor_bytes(cos)  # (L, D/2) float32; HF's table is twice that
-    # x*cos (x + 2 table -> x), -x2 (x/2 -> x/2), cat (x -> x), rot*sin (x + 2 table -> x),
-    # add (2x -> x)
+    # x*cos (x + 2 table -> x), -x2 (x/2 -> x/2), cat (x -> x), rot*sin (x + 2 table ->
+    # x), add (2x -> x)
     hf = memory_traffic(lambda: x * hf_cos + rotate_half(x) * hf_sin)
     assert hf.total == 10 * xb + 4 * table
     # per half: mul (x/2 + table -> x/2), addcmul_ (x/2 + x/2 + table -> x/2), twice
