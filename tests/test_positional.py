@@ -1,8 +1,9 @@
 """Tests for companion.positional (chapter ch-sinusoidal) and its exercise checkers.
 
-Three kinds: oracle tests (a float64 double loop written from the formula, Hugging Face's
-DistilBERT table, T(k) built entry by entry), hypothesis properties (bounded, unit circle per
-pair, shift theorem, dot product a function of the offset, symmetry), and a validation table.
+Three kinds: oracle tests (a float64 double loop written from the formula, Hugging
+Face's DistilBERT table, T(k) built entry by entry), hypothesis properties (bounded,
+unit circle per pair, shift theorem, dot product a function of the offset, symmetry),
+and a validation table.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def loop_shift_matrix(k: float, dim: int, base: float = 10000.0) -> torch.Tensor
     return out
 
 
-# ---------------------------------------------------------------------------------- oracles
+# ---- oracles -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("num_positions", "dim"), [(1, 2), (3, 4), (50, 16), (33, 64)])
@@ -92,7 +93,8 @@ def test_matches_hugging_face_distilbert_table() -> None:
 
 
 def test_float32_accurate_to_rounding_at_a_million() -> None:
-    """Float64 angles: every float32 entry is the correctly rounded value, up to pos = 1e6."""
+    """Float64 angles: every float32 entry is the correctly rounded value, up to pos "
+    "= 1e6."""
     dim = 8
     table = sinusoidal_encoding(1_000_001, dim)
     rows = torch.tensor([0, 1, 999_983, 1_000_000])
@@ -100,10 +102,14 @@ def test_float32_accurate_to_rounding_at_a_million() -> None:
     for r, pos in enumerate(rows.tolist()):
         for i in range(dim // 2):
             angle = pos / 10000.0 ** (2 * i / dim)
-            expected[r, 2 * i], expected[r, 2 * i + 1] = math.sin(angle), math.cos(angle)
+            expected[r, 2 * i], expected[r, 2 * i + 1] = (
+                math.sin(angle),
+                math.cos(angle),
+            )
     err = (table[rows].double() - expected).abs().max().item()
     assert err <= F32_HALF_ULP_AT_1 + 1e-9
-    # The float32 recipe of the notes is not: its angle at pos = 1e6 is off by ~1e-2 radians.
+    # The float32 recipe of the notes is not: its angle at pos = 1e6 is off by ~1e-2
+    # radians.
     pos32 = torch.tensor([1_000_000.0])
     div32 = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))
     naive = torch.sin(pos32[:, None] * div32)
@@ -149,14 +155,17 @@ def test_dot_products_match_the_gram_matrix() -> None:
     assert sinusoidal_dot_products(torch.tensor(0.0), 32).item() == pytest.approx(16.0)
 
 
-# ------------------------------------------------------------------------- dtype and device
+# ---- dtype and device ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+)
 def test_encoding_dtype_and_device(device: torch.device, dtype: torch.dtype) -> None:
     pe = sinusoidal_encoding(30, 8, dtype=dtype, device=device)
     assert pe.dtype == dtype and pe.device.type == device.type
-    # within rounding of dtype of the exact values (half an ulp is at most eps/2 on [-1, 1])
+    # within rounding of dtype of the exact values (half an ulp is at most eps/2 on [-1,
+    # 1])
     err = (pe.cpu().double() - loop_encoding(30, 8)).abs().max().item()
     assert err <= torch.finfo(dtype).eps / 2 + 1e-12
 
@@ -173,7 +182,7 @@ def test_dot_products_keep_offsets_device(device: torch.device) -> None:
     assert g.device.type == device.type and g.dtype == torch.float64
 
 
-# ------------------------------------------------------------------------------------ module
+# ---- module --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
@@ -190,7 +199,9 @@ def test_module_adds_the_table(device: torch.device, dtype: torch.dtype) -> None
 def test_module_rejects_inputs_longer_than_its_table() -> None:
     """Never a silently truncated sum: a longer input names its length and max_len."""
     module = SinusoidalPositionalEncoding(8, max_len=4)
-    torch.testing.assert_close(module(torch.zeros(1, 4, 8))[0], sinusoidal_encoding(4, 8))
+    torch.testing.assert_close(
+        module(torch.zeros(1, 4, 8))[0], sinusoidal_encoding(4, 8)
+    )
     with pytest.raises(ValueError, match=r"at most max_len=4 positions, got length 11"):
         module(torch.zeros(1, 11, 8))
     assert module.max_len == 4 and "max_len=4" in repr(module)
@@ -210,16 +221,20 @@ def test_module_backpropagates_to_the_input() -> None:
     torch.testing.assert_close(x.grad, torch.ones_like(x))
 
 
-# -------------------------------------------------------------------------------- properties
+# ---- properties ----------------------------------------------------------------------
 
 dims = st.integers(min_value=1, max_value=64).map(lambda n: 2 * n)
 
 
 @given(num_positions=st.integers(1, 300), dim=dims, base=st.floats(2.0, 1e5))
-def test_bounded_and_on_the_unit_circle(num_positions: int, dim: int, base: float) -> None:
+def test_bounded_and_on_the_unit_circle(
+    num_positions: int, dim: int, base: float
+) -> None:
     pe = sinusoidal_encoding(num_positions, dim, base=base, dtype=torch.float64)
     assert pe.abs().max().item() <= 1.0
-    radius2 = pe[:, 0::2] ** 2 + pe[:, 1::2] ** 2  # each (sin, cos) pair on the unit circle
+    radius2 = (
+        pe[:, 0::2] ** 2 + pe[:, 1::2] ** 2
+    )  # each (sin, cos) pair on the unit circle
     torch.testing.assert_close(radius2, torch.ones_like(radius2))
 
 
@@ -235,11 +250,17 @@ def test_shift_theorem(pos: int, k: float, dim: int) -> None:
         a = p * omega
         return torch.stack((torch.sin(a), torch.cos(a)), -1).flatten()
 
-    torch.testing.assert_close(pe_at(pos) @ shift_matrix(k, dim), pe_at(pos + k), atol=1e-9, rtol=0)
+    torch.testing.assert_close(
+        pe_at(pos) @ shift_matrix(k, dim), pe_at(pos + k), atol=1e-9, rtol=0
+    )
 
 
-@given(m=st.integers(0, 2_000), n=st.integers(0, 2_000), s=st.integers(0, 2_000), dim=dims)
-def test_dot_product_depends_only_on_the_offset(m: int, n: int, s: int, dim: int) -> None:
+@given(
+    m=st.integers(0, 2_000), n=st.integers(0, 2_000), s=st.integers(0, 2_000), dim=dims
+)
+def test_dot_product_depends_only_on_the_offset(
+    m: int, n: int, s: int, dim: int
+) -> None:
     pe = sinusoidal_encoding(4_001, dim, dtype=torch.float64)
     here, shifted = pe[m] @ pe[n], pe[m + s] @ pe[n + s]
     assert here.item() == pytest.approx(shifted.item(), abs=1e-9)
@@ -255,7 +276,7 @@ def test_dot_product_is_symmetric_and_bounded(k: float, dim: int) -> None:
     assert abs(g[0].item()) <= dim / 2 + 1e-9
 
 
-# ------------------------------------------------------------------------- validation table
+# ---- validation table ----------------------------------------------------------------
 
 X = torch.zeros(2, 3, 8)
 MODULE = SinusoidalPositionalEncoding(8, max_len=4)
@@ -263,99 +284,281 @@ MODULE = SinusoidalPositionalEncoding(8, max_len=4)
 # (public name, call, exception, message): the bad-input contract, also run by
 # tests/test_contract.py for every name in companion.positional.__all__
 BAD_INPUTS = [
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 5), ValueError,
-     "dim must be an even int, got 5"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 0), ValueError,
-     "dim must be a positive even int, got 0"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4.0), TypeError,
-     "dim must be an even int, got 4.0"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, True), TypeError,
-     "dim must be an even int, got True"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(-3, 4), ValueError,
-     "num_positions must be an int >= 0, got -3"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(2.5, 4), TypeError,
-     "num_positions must be an int, got 2.5"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, dtype=torch.int64), TypeError,
-     "dtype must be a floating torch.dtype, got torch.int64"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, dtype=torch.complex64),
-     TypeError, "dtype must be a floating torch.dtype, got torch.complex64"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, dtype="float32"), TypeError,
-     r"dtype must be a torch.dtype such as torch.float32, got the string 'float32'"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, device="cuda:7"), ValueError,
-     "device must be a device this machine has, got 'cuda:7'"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, device="meta"), ValueError,
-     "device must be a 'cpu', 'cuda' or 'mps' device, got device 'meta'"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, device="gpu"), ValueError,
-     "device must be a device such as 'cpu' or 'cuda', got 'gpu'"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, base=1.0), ValueError,
-     r"base must be a real number > 1, got 1.0"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, base=-5), ValueError,
-     r"base must be a real number > 1, got -5.0"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, base=math.inf), ValueError,
-     "base must be a finite real number, got inf"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, base="1e4"), TypeError,
-     "base must be a real number, got '1e4'"),
-    ("sinusoidal_encoding", lambda: sinusoidal_encoding(4, 4, base=1e4 + 0j), TypeError,
-     r"base must be a real number, got \(10000\+0j\)"),
-    ("sinusoidal_frequencies", lambda: sinusoidal_frequencies(7), ValueError,
-     "dim must be an even int, got 7"),
-    ("sinusoidal_frequencies", lambda: sinusoidal_frequencies(8, base=math.nan), ValueError,
-     "base must be a finite real number, got nan"),
-    ("sinusoidal_wavelengths", lambda: sinusoidal_wavelengths(-2), ValueError,
-     "dim must be a positive even int, got -2"),
-    ("sinusoidal_wavelengths", lambda: sinusoidal_wavelengths("8"), TypeError,
-     "dim must be an even int, got '8'"),
-    ("shift_matrix", lambda: shift_matrix(1, 3), ValueError, "dim must be an even int, got 3"),
-    ("shift_matrix", lambda: shift_matrix(math.nan, 4), ValueError,
-     "k must be a finite real number, got nan"),
-    ("shift_matrix", lambda: shift_matrix("1", 4), TypeError,
-     "k must be a real number, got '1'"),
-    ("shift_matrix", lambda: shift_matrix(1j, 4), TypeError, "k must be a real number, got 1j"),
-    ("shift_matrix", lambda: shift_matrix(1, 4, dtype=torch.int32), TypeError,
-     "dtype must be a floating torch.dtype, got torch.int32"),
-    ("shift_matrix", lambda: shift_matrix(1, 4, device="cuda:7"), ValueError,
-     "device must be a device this machine has"),
-    ("sinusoidal_dot_products", lambda: sinusoidal_dot_products([0, 1], 4), TypeError,
-     "offsets must be a torch.Tensor, got a list"),
-    ("sinusoidal_dot_products",
-     lambda: sinusoidal_dot_products(torch.zeros(2, dtype=torch.complex64), 4), TypeError,
-     "offsets must be an integer or floating tensor, got a tensor of dtype torch.complex64"),
-    ("sinusoidal_dot_products", lambda: sinusoidal_dot_products(torch.tensor([True]), 4),
-     TypeError, "offsets must be an integer or floating tensor, got a tensor of dtype torch.bool"),
-    ("sinusoidal_dot_products",
-     lambda: sinusoidal_dot_products(torch.zeros(2, device="meta"), 4), ValueError,
-     "offsets must hold values, got a tensor on the 'meta' device"),
-    ("sinusoidal_dot_products", lambda: sinusoidal_dot_products(torch.zeros(2), 5),
-     ValueError, "dim must be an even int, got 5"),
-    ("SinusoidalPositionalEncoding", lambda: SinusoidalPositionalEncoding(7), ValueError,
-     "dim must be an even int, got 7"),
-    ("SinusoidalPositionalEncoding", lambda: SinusoidalPositionalEncoding(8, max_len=0),
-     ValueError, "max_len must be a positive int, got 0"),
-    ("SinusoidalPositionalEncoding", lambda: SinusoidalPositionalEncoding(8, max_len=4.0),
-     TypeError, "max_len must be an int, got 4.0"),
-    ("SinusoidalPositionalEncoding",
-     lambda: SinusoidalPositionalEncoding(8, dtype=torch.int64), TypeError,
-     "dtype must be a floating torch.dtype, got torch.int64"),
-    ("SinusoidalPositionalEncoding", lambda: SinusoidalPositionalEncoding(8, dtype="float32"),
-     TypeError, "dtype must be a torch.dtype such as torch.float32"),
-    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(2, 3, 6)), ValueError,
-     r"x must have size 8 \(dim\) in dimension -1, got shape \(2, 3, 6\)"),
-    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(1, 2, 3, 8)), ValueError,
-     r"x must have at most 3 dimensions \(B, L, D\) or \(L, D\), got shape \(1, 2, 3, 8\)"),
-    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(8)), ValueError,
-     r"x must have at least 2 dimensions"),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 5),
+        ValueError,
+        "dim must be an even int, got 5",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 0),
+        ValueError,
+        "dim must be a positive even int, got 0",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4.0),
+        TypeError,
+        "dim must be an even int, got 4.0",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, True),
+        TypeError,
+        "dim must be an even int, got True",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(-3, 4),
+        ValueError,
+        "num_positions must be an int >= 0, got -3",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(2.5, 4),
+        TypeError,
+        "num_positions must be an int, got 2.5",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, dtype=torch.int64),
+        TypeError,
+        "dtype must be a floating torch.dtype, got torch.int64",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, dtype=torch.complex64),
+        TypeError,
+        "dtype must be a floating torch.dtype, got torch.complex64",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, dtype="float32"),
+        TypeError,
+        r"dtype must be a torch.dtype such as torch.float32, got the string 'float32'",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, device="cuda:7"),
+        ValueError,
+        "device must be a device this machine has, got 'cuda:7'",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, device="meta"),
+        ValueError,
+        "device must be a 'cpu', 'cuda' or 'mps' device, got device 'meta'",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, device="gpu"),
+        ValueError,
+        "device must be a device such as 'cpu' or 'cuda', got 'gpu'",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, base=1.0),
+        ValueError,
+        r"base must be a real number > 1, got 1.0",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, base=-5),
+        ValueError,
+        r"base must be a real number > 1, got -5.0",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, base=math.inf),
+        ValueError,
+        "base must be a finite real number, got inf",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, base="1e4"),
+        TypeError,
+        "base must be a real number, got '1e4'",
+    ),
+    (
+        "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(4, 4, base=1e4 + 0j),
+        TypeError,
+        r"base must be a real number, got \(10000\+0j\)",
+    ),
+    (
+        "sinusoidal_frequencies",
+        lambda: sinusoidal_frequencies(7),
+        ValueError,
+        "dim must be an even int, got 7",
+    ),
+    (
+        "sinusoidal_frequencies",
+        lambda: sinusoidal_frequencies(8, base=math.nan),
+        ValueError,
+        "base must be a finite real number, got nan",
+    ),
+    (
+        "sinusoidal_wavelengths",
+        lambda: sinusoidal_wavelengths(-2),
+        ValueError,
+        "dim must be a positive even int, got -2",
+    ),
+    (
+        "sinusoidal_wavelengths",
+        lambda: sinusoidal_wavelengths("8"),
+        TypeError,
+        "dim must be an even int, got '8'",
+    ),
+    (
+        "shift_matrix",
+        lambda: shift_matrix(1, 3),
+        ValueError,
+        "dim must be an even int, got 3",
+    ),
+    (
+        "shift_matrix",
+        lambda: shift_matrix(math.nan, 4),
+        ValueError,
+        "k must be a finite real number, got nan",
+    ),
+    (
+        "shift_matrix",
+        lambda: shift_matrix("1", 4),
+        TypeError,
+        "k must be a real number, got '1'",
+    ),
+    (
+        "shift_matrix",
+        lambda: shift_matrix(1j, 4),
+        TypeError,
+        "k must be a real number, got 1j",
+    ),
+    (
+        "shift_matrix",
+        lambda: shift_matrix(1, 4, dtype=torch.int32),
+        TypeError,
+        "dtype must be a floating torch.dtype, got torch.int32",
+    ),
+    (
+        "shift_matrix",
+        lambda: shift_matrix(1, 4, device="cuda:7"),
+        ValueError,
+        "device must be a device this machine has",
+    ),
+    (
+        "sinusoidal_dot_products",
+        lambda: sinusoidal_dot_products([0, 1], 4),
+        TypeError,
+        "offsets must be a torch.Tensor, got a list",
+    ),
+    (
+        "sinusoidal_dot_products",
+        lambda: sinusoidal_dot_products(torch.zeros(2, dtype=torch.complex64), 4),
+        TypeError,
+        "offsets must be an integer or floating tensor, got a tensor of dtype "
+        "torch.complex64",
+    ),
+    (
+        "sinusoidal_dot_products",
+        lambda: sinusoidal_dot_products(torch.tensor([True]), 4),
+        TypeError,
+        "offsets must be an integer or floating tensor, got a tensor of dtype "
+        "torch.bool",
+    ),
+    (
+        "sinusoidal_dot_products",
+        lambda: sinusoidal_dot_products(torch.zeros(2, device="meta"), 4),
+        ValueError,
+        "offsets must hold values, got a tensor on the 'meta' device",
+    ),
+    (
+        "sinusoidal_dot_products",
+        lambda: sinusoidal_dot_products(torch.zeros(2), 5),
+        ValueError,
+        "dim must be an even int, got 5",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: SinusoidalPositionalEncoding(7),
+        ValueError,
+        "dim must be an even int, got 7",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: SinusoidalPositionalEncoding(8, max_len=0),
+        ValueError,
+        "max_len must be a positive int, got 0",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: SinusoidalPositionalEncoding(8, max_len=4.0),
+        TypeError,
+        "max_len must be an int, got 4.0",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: SinusoidalPositionalEncoding(8, dtype=torch.int64),
+        TypeError,
+        "dtype must be a floating torch.dtype, got torch.int64",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: SinusoidalPositionalEncoding(8, dtype="float32"),
+        TypeError,
+        "dtype must be a torch.dtype such as torch.float32",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: MODULE(torch.zeros(2, 3, 6)),
+        ValueError,
+        r"x must have size 8 \(dim\) in dimension -1, got shape \(2, 3, 6\)",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: MODULE(torch.zeros(1, 2, 3, 8)),
+        ValueError,
+        r"x must have at most 3 dimensions \(B, L, D\) or \(L, D\), got shape \(1, 2, "
+        r"3, 8\)",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: MODULE(torch.zeros(8)),
+        ValueError,
+        r"x must have at least 2 dimensions",
+    ),
     # longer than the table: rejected, never a silently truncated sum
-    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(1, 5, 8)), ValueError,
-     r"x must have at most max_len=4 positions, got length 5"),
-    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(3, 8, dtype=torch.complex64)),
-     TypeError, "x must be a floating-point tensor, got a tensor of dtype torch.complex64"),
-    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(3, 8, dtype=torch.long)),
-     TypeError, "x must be a floating-point tensor, got a tensor of dtype torch.int64"),
-    ("SinusoidalPositionalEncoding", lambda: MODULE(torch.zeros(3, 8, device="meta")),
-     ValueError, "x must hold values, got a tensor on the 'meta' device"),
-    ("SinusoidalPositionalEncoding", lambda: MODULE([[0.0] * 8]), TypeError,
-     "x must be a torch.Tensor, got a list"),
-]  # fmt: skip
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: MODULE(torch.zeros(1, 5, 8)),
+        ValueError,
+        r"x must have at most max_len=4 positions, got length 5",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: MODULE(torch.zeros(3, 8, dtype=torch.complex64)),
+        TypeError,
+        "x must be a floating-point tensor, got a tensor of dtype torch.complex64",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: MODULE(torch.zeros(3, 8, dtype=torch.long)),
+        TypeError,
+        "x must be a floating-point tensor, got a tensor of dtype torch.int64",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: MODULE(torch.zeros(3, 8, device="meta")),
+        ValueError,
+        "x must hold values, got a tensor on the 'meta' device",
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: MODULE([[0.0] * 8]),
+        TypeError,
+        "x must be a torch.Tensor, got a list",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -377,7 +580,8 @@ def test_every_public_name_has_a_bad_input_case() -> None:
 def test_module_on_another_device_than_its_input_is_named() -> None:
     module = SinusoidalPositionalEncoding(8, max_len=4)
     x = torch.zeros(1, 2, 8)
-    # a table on a device x is not on: only checkable with two devices; the check itself is
+    # a table on a device x is not on: only checkable with two devices; the check itself
+    # is
     # the shared one, so here its message is checked through the same call on a copy
     module.pe = module.pe.to("meta")
     with pytest.raises(ValueError, match="x must be on the table pe's device meta"):
@@ -395,7 +599,9 @@ def test_empty_inputs_give_the_empty_answer() -> None:
     num_positions=st.integers(0, 64),
     dim=st.integers(1, 32).map(lambda n: 2 * n),
     base=st.one_of(st.floats(1.001, 1e6), st.integers(2, 10**6)),
-    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]),
+    dtype=st.sampled_from(
+        [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+    ),
     k=st.one_of(st.integers(-(10**6), 10**6), st.floats(-1e6, 1e6)),
 )
 def test_valid_random_inputs_never_raise(num_positions, dim, base, dtype, k) -> None:
@@ -412,11 +618,14 @@ def test_valid_random_inputs_never_raise(num_positions, dim, base, dtype, k) -> 
     assert module(x).shape == x.shape
 
 
-# ---------------------------------------------------------------------------------- checkers
+# ---- checkers ------------------------------------------------------------------------
 
 
-def _table(num_positions: int, dim: int, exponent, *, base=10000.0, swap=False, halves=False):
-    """A learner-style table: ``exponent(j, i, dim)`` gives the exponent for column j, pair i."""
+def _table(
+    num_positions: int, dim: int, exponent, *, base=10000.0, swap=False, halves=False
+):
+    """A learner-style table: ``exponent(j, i, dim)`` gives the exponent for column "
+    "j, pair i."""
     pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
     cols = []
     for j in range(dim):
@@ -437,11 +646,23 @@ def _right(j, i, d):
 WRONG_ENCODINGS = [
     ("sin and cos swapped", lambda L, D: _table(L, D, _right, swap=True)),
     ("exponent i/D instead of 2i/D", lambda L, D: _table(L, D, lambda j, i, d: i / d)),
-    ("pair index running over all D dims", lambda L, D: _table(L, D, lambda j, i, d: 2 * j / d)),
-    ("column index j/D in the exponent", lambda L, D: _table(L, D, lambda j, i, d: j / d)),
+    (
+        "pair index running over all D dims",
+        lambda L, D: _table(L, D, lambda j, i, d: 2 * j / d),
+    ),
+    (
+        "column index j/D in the exponent",
+        lambda L, D: _table(L, D, lambda j, i, d: j / d),
+    ),
     ("base 1000 instead of 10000", lambda L, D: _table(L, D, _right, base=1000.0)),
-    ("exponent with the wrong sign", lambda L, D: _table(L, D, lambda j, i, d: -2 * i / d)),
-    ("halves layout instead of interleaved", lambda L, D: _table(L, D, _right, halves=True)),
+    (
+        "exponent with the wrong sign",
+        lambda L, D: _table(L, D, lambda j, i, d: -2 * i / d),
+    ),
+    (
+        "halves layout instead of interleaved",
+        lambda L, D: _table(L, D, _right, halves=True),
+    ),
 ]
 
 
@@ -454,10 +675,14 @@ def test_check_sinusoidal_encoding_accepts_reference_and_loop() -> None:
     )
 
 
-@pytest.mark.parametrize(("mistake", "fn"), WRONG_ENCODINGS, ids=[m for m, _ in WRONG_ENCODINGS])
+@pytest.mark.parametrize(
+    ("mistake", "fn"), WRONG_ENCODINGS, ids=[m for m, _ in WRONG_ENCODINGS]
+)
 def test_check_sinusoidal_encoding_names_each_mistake(mistake: str, fn) -> None:
     with pytest.raises(checks.CheckError, match=re.escape(mistake)) as info:
-        checks.check_sinusoidal_encoding(lambda num_positions, dim: fn(num_positions, dim))
+        checks.check_sinusoidal_encoding(
+            lambda num_positions, dim: fn(num_positions, dim)
+        )
     assert info.value.mistake == mistake
 
 
@@ -504,9 +729,13 @@ def test_check_wavelengths_both_ways() -> None:
 def test_check_shift_matrix_both_ways() -> None:
     assert checks.check_shift_matrix(lambda k, dim: shift_matrix(k, dim))
     assert checks.check_shift_matrix(lambda k, dim: loop_shift_matrix(k, dim).float())
-    with pytest.raises(checks.CheckError, match=re.escape("sin entries with the wrong sign")):
+    with pytest.raises(
+        checks.CheckError, match=re.escape("sin entries with the wrong sign")
+    ):
         checks.check_shift_matrix(lambda k, dim: shift_matrix(k, dim).mT)
-    with pytest.raises(checks.CheckError, match=re.escape("angle k instead of k * w_i")):
+    with pytest.raises(
+        checks.CheckError, match=re.escape("angle k instead of k * w_i")
+    ):
         # with D = 2 the only frequency is 1: one block rotating by k, repeated
         checks.check_shift_matrix(
             lambda k, dim: torch.block_diag(*[loop_shift_matrix(k, 2)] * (dim // 2))
@@ -526,8 +755,12 @@ def test_check_dot_product_curve_both_ways() -> None:
     )
     omega = sinusoidal_frequencies
     wrong = {
-        "sum of sines instead of cosines": lambda o, d: torch.sin(o[:, None] * omega(d)).sum(-1),
-        "each pair counted twice": lambda o, d: 2 * torch.cos(o[:, None] * omega(d)).sum(-1),
+        "sum of sines instead of cosines": lambda o, d: torch.sin(
+            o[:, None] * omega(d)
+        ).sum(-1),
+        "each pair counted twice": lambda o, d: (
+            2 * torch.cos(o[:, None] * omega(d)).sum(-1)
+        ),
         "cosine similarity instead of the dot product": lambda o, d: torch.cos(
             o[:, None] * omega(d)
         ).mean(-1),
@@ -575,11 +808,13 @@ def test_check_normalized_positions_both_ways() -> None:
         )
 
 
-# ------------------------------------------------------------------------------ plot helpers
+# ---- plot helpers --------------------------------------------------------------------
 
 
 def test_plot_helpers_draw_and_validate() -> None:
-    from matplotlib.figure import Figure  # no pyplot: no backend or global state involved
+    from matplotlib.figure import (
+        Figure,
+    )  # no pyplot: no backend or global state involved
 
     from companion import plotting
 
