@@ -9,11 +9,11 @@ the package's reference::
 
 * ``True``: every case passed (a solution cell can end with the call);
 * ``False``, after printing ``check_softmax: not attempted yet ...``: the function is
-  still the exercise's stub (``raise NotImplementedError``, or ``pass``), so Run All goes
-  on;
+  still the exercise's stub (``raise NotImplementedError``, or ``pass``), so Run All
+  goes on;
 * :class:`CheckError`: a case failed. The message says *which property* failed, *on what
-  input*, what was expected and what came (with enough digits to differ, and the relative
-  error), and names the known mistake the answer matches::
+  input*, what was expected and what came (with enough digits to differ, and the
+  relative error), and names the known mistake the answer matches::
 
     CheckError: check_softmax: 'normalizes along dim, not another axis' failed on
     x=(3, 4) float32, dim=0
@@ -22,21 +22,21 @@ the package's reference::
       This is the known mistake "softmax over the wrong axis": ...
 
 The learner's function is called with **positional** arguments in the order the exercise
-states, on copies of the inputs; its answer may be a tensor, a NumPy array, a nested list
-or (where a number is asked) a Python number.
+states, on copies of the inputs; its answer may be a tensor, a NumPy array, a nested
+list or (where a number is asked) a Python number.
 
-==================  ==============================  ========================================
-module              chapter                         checkers
-==================  ==============================  ========================================
-``environment``     00 Setting up                   :func:`check_softmax`
-``positional``      01 Sinusoidal encoding          :func:`check_sinusoidal_encoding`, ...
-``rope``            02 RoPE                         :func:`check_apply_rope`, ...
-``extension``       03 Context extension            :func:`check_alibi_slopes`, ...
-``attention``       04 Attention                    :func:`check_attention`, ...
-``norm``            05 Normalization                :func:`check_layer_norm`, ...
-``model``           06 A tiny Transformer           :func:`check_lag_targets`, ...
-``performance``     07 Performance (appendix)       :func:`check_ulp32`, ...
-==================  ==============================  ========================================
+===============  =========================  ======================================
+module           chapter                    checkers
+===============  =========================  ======================================
+``environment``  00 Setting up              :func:`check_softmax`
+``positional``   01 Sinusoidal encoding     :func:`check_sinusoidal_encoding`, ...
+``rope``         02 RoPE                    :func:`check_apply_rope`, ...
+``extension``    03 Context extension       :func:`check_alibi_slopes`, ...
+``attention``    04 Attention               :func:`check_attention`, ...
+``norm``         05 Normalization           :func:`check_layer_norm`, ...
+``model``        06 A tiny Transformer      :func:`check_lag_targets`, ...
+``performance``  07 Performance (appendix)  :func:`check_ulp32`, ...
+===============  =========================  ======================================
 
 Writing a checker for a new chapter (say ``decoder.py`` for chapter 08):
 
@@ -55,7 +55,8 @@ Writing a checker for a new chapter (say ``decoder.py`` for chapter 08):
            for length in (1, 5):
                inputs = {"query": ..., "cache": ...}
                yield Case("attends to every cached key", inputs, reference,
-                          [Mistake("cache not appended", "append the new key ...", wrong)])
+                          [Mistake("cache not appended", "append the new key ...",
+                          wrong)])
 
    Tolerances, an exact dtype (``check_dtype``), an integer dtype (``integer``), a tuple
    answer (``parts=("y", "cache")``, mistakes with ``None`` for the parts they leave

@@ -9,13 +9,13 @@ case's reference. Everything a learner meets is decided here, once:
   are free (``get_slopes(n)`` is fine) and an answer that changes its input in place is
   judged on its result only;
 * the answer may be a :class:`torch.Tensor`, a NumPy array, a nested list or a Python
-  number: anything :func:`torch.as_tensor` turns into the right values (Python floats stay
-  float64);
-* a stub (``raise NotImplementedError``, or a body of ``pass``/``...``) is *not attempted
-  yet*: the checker prints one line and returns ``False``, so Run All goes on;
+  number: anything :func:`torch.as_tensor` turns into the right values (Python floats
+  stay float64);
+* a stub (``raise NotImplementedError``, or a body of ``pass``/``...``) is *not
+  attempted yet*: the checker prints one line and returns ``False``, so Run All goes on;
 * a wrong answer raises :class:`CheckError` naming the property, the input, what was
-  expected and what came, with enough digits for the two to differ and the relative error,
-  and names the known mistake (:class:`Mistake`) the answer matches.
+  expected and what came, with enough digits for the two to differ and the relative
+  error, and names the known mistake (:class:`Mistake`) the answer matches.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ NOT_ATTEMPTED = (
 )
 
 
-# ---- errors and mistakes ------------------------------------------------------------
+# ---- errors and mistakes -------------------------------------------------------------
 
 
 class CheckError(AssertionError):
@@ -98,10 +98,11 @@ class Mistake:
         name: a short name the learner will recognize, e.g. ``"sin and cos swapped"``.
         explanation: one or two sentences on what is wrong and how to fix it.
         output: what the wrong variant returns on the case being checked; for an answer
-            that is a tuple, a tuple with ``None`` for the parts the mistake leaves right.
-        atol: the mistake's own tolerance, when it is recognized by the size of the error
-            rather than by exact values (angles in float32: each order of operations
-            rounds differently); ``None`` uses the case's tolerance.
+            that is a tuple, a tuple with ``None`` for the parts the mistake leaves
+            right.
+        atol: the mistake's own tolerance, when it is recognized by the size of the
+            error rather than by exact values (angles in float32: each order of
+            operations rounds differently); ``None`` uses the case's tolerance.
         rtol: likewise, relative.
     """
 
@@ -122,7 +123,7 @@ class NotAttempted(Exception):
     """The learner's function is still the exercise's stub."""
 
 
-# ---- describing values ----------------------------------------------------------------
+# ---- describing values ---------------------------------------------------------------
 
 
 def describe_inputs(inputs: Mapping[str, object]) -> str:
@@ -151,7 +152,7 @@ def _short(t: Tensor, digits: int = 4, n: int = 6) -> str:
 
 
 def _digits(a: float, b: float) -> int:
-    """The fewest significant digits (4 to 17) at which ``a`` and ``b`` print differently."""
+    """The fewest significant digits (4 to 17) that print ``a`` and ``b`` apart."""
     for digits in range(4, 18):
         if f"{a:.{digits}g}" != f"{b:.{digits}g}":
             return digits
@@ -174,12 +175,13 @@ def as_tensor(value: object) -> Tensor | None:
     except (TypeError, ValueError, RuntimeError):
         pass
     try:
-        return torch.stack([torch.as_tensor(v) for v in value])  # type: ignore[union-attr]
+        parts = [torch.as_tensor(v) for v in value]  # type: ignore[union-attr]
+        return torch.stack(parts)
     except (TypeError, ValueError, RuntimeError):
         return None
 
 
-# ---- the comparison ---------------------------------------------------------------------
+# ---- the comparison ------------------------------------------------------------------
 
 
 def _close(a: Tensor, b: Tensor, atol: float, rtol: float) -> bool:
@@ -203,11 +205,11 @@ def expect_close(
 ) -> None:
     """Raise :class:`CheckError` unless ``got`` matches ``expected`` within tolerance.
 
-    The checks run in the order a learner needs them: does it hold numbers, the shape, the
-    dtype (exact if ``check_dtype``, an integer dtype if ``integer``), is it finite, are the
-    values close. When they are not, each known mistake is tried in order and named if the
-    answer matches it; otherwise the worst entry is reported with enough digits to differ
-    and its relative error.
+    The checks run in the order a learner needs them: does it hold numbers, the shape,
+    the dtype (exact if ``check_dtype``, an integer dtype if ``integer``), is it finite,
+    are the values close. When they are not, each known mistake is tried in order and
+    named if the answer matches it; otherwise the worst entry is reported with enough
+    digits to differ and its relative error.
 
     Args:
         got: the learner's result: a tensor, a NumPy array, a nested list or a number.
@@ -259,8 +261,8 @@ def expect_close(
             prop,
             where,
             'This is the known mistake "float targets": targets are class indices, so '
-            "return an integer tensor (torch.long), as F.cross_entropy requires; it reads "
-            "a float tensor as class probabilities.",
+            "return an integer tensor (torch.long), as F.cross_entropy requires; it "
+            "reads a float tensor as class probabilities.",
             expected=f"an integer dtype such as {expected.dtype}",
             got=str(tensor.dtype),
             mistake="float targets",
@@ -274,7 +276,8 @@ def expect_close(
             prop,
             where,
             f"Your result has NaN or inf (first at index {bad}) where the reference is "
-            "finite: look for an overflow (exp of a large number) or a division by zero.",
+            "finite: look for an overflow (exp of a large number) or a division by "
+            "zero.",
             expected=_short(expected),
             got=_short(tensor),
         )
@@ -314,11 +317,11 @@ def expect_close(
     )
 
 
-# ---- calling the learner's function -------------------------------------------------
+# ---- calling the learner's function --------------------------------------------------
 
 
 def _is_stub_body(fn: Callable[..., object]) -> bool:
-    """``fn``'s body does nothing but return ``None`` (``pass``, ``...``, a docstring)."""
+    """``fn``'s body only returns ``None`` (``pass``, ``...``, a docstring)."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return False
@@ -350,7 +353,8 @@ def _raised_by_library(exc: BaseException) -> bool:
 def call(fn: Callable[..., object], check: str, inputs: Mapping[str, object]) -> object:
     """Call ``fn`` positionally with deep copies of ``inputs`` (in their order).
 
-    A stub raises :class:`NotAttempted`; any other exception becomes a :class:`CheckError`
+    A stub raises :class:`NotAttempted`; any other exception becomes a
+    :class:`CheckError`
     that shows the call."""
     args = copy.deepcopy(list(inputs.values()))
     shown = f"{getattr(fn, '__name__', 'your function')}({', '.join(inputs)})"
@@ -385,7 +389,7 @@ def call(fn: Callable[..., object], check: str, inputs: Mapping[str, object]) ->
     return out
 
 
-# ---- cases and checkers ---------------------------------------------------------------
+# ---- cases and checkers --------------------------------------------------------------
 
 
 @dataclass
@@ -458,7 +462,7 @@ def run_case(check: str, fn: Callable[..., object], case: Case) -> None:
         )
     for k, part in enumerate(parts):
         mistakes = [
-            Mistake(m.name, m.explanation, m.output[k], m.atol, m.rtol)  # type: ignore[index]
+            Mistake(m.name, m.explanation, m.output[k], m.atol, m.rtol)  # type: ignore
             for m in case.mistakes
             if m.output[k] is not None  # type: ignore[index]
         ]
@@ -470,11 +474,11 @@ def run_case(check: str, fn: Callable[..., object], case: Case) -> None:
 def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., bool]:
     """Make a checker from ``body``, a generator of :class:`Case` objects.
 
-    ``body``'s positional parameters are the learner's functions (validated as callables,
-    a ``TypeError`` naming the parameter otherwise); its keyword-only parameters are
-    options the body validates itself. The checker returns ``True`` when every case
-    passes, prints a "not attempted yet" line and returns ``False`` for a stub, and
-    raises :class:`CheckError` on the first case that fails.
+    ``body``'s positional parameters are the learner's functions (validated as
+    callables, a ``TypeError`` naming the parameter otherwise); its keyword-only
+    parameters are options the body validates itself. The checker returns ``True`` when
+    every case passes, prints a "not attempted yet" line and returns ``False`` for a
+    stub, and raises :class:`CheckError` on the first case that fails.
     """
     _validate.callable_("body", body)
     signature = inspect.signature(body)

@@ -124,14 +124,15 @@ def check_masked_attention(attention: Callable[..., torch.Tensor]) -> Iterator[C
         mistakes = [
             Mistake(
                 "mask applied after the softmax",
-                "zeroing weights after the softmax leaves rows that no longer sum to one; "
-                "set the masked scores to -inf BEFORE the softmax.",
+                "zeroing weights after the softmax leaves rows that no longer sum to "
+                "one; set the masked scores to -inf BEFORE the softmax.",
                 weights.masked_fill(~mask, 0.0) @ v,
             ),
             Mistake(
                 "mask inverted",
-                "here True means 'may attend' (torch's F.scaled_dot_product_attention); "
-                "nn.MultiheadAttention uses the opposite convention.",
+                "here True means 'may attend' (torch's "
+                "F.scaled_dot_product_attention); nn.MultiheadAttention uses the "
+                "opposite convention.",
                 _sdpa(q, k, v, mask=~mask),
             ),
             _missing_scale(_sdpa(q, k, v, mask=mask, scale=1.0)),
@@ -141,13 +142,14 @@ def check_masked_attention(attention: Callable[..., torch.Tensor]) -> Iterator[C
 
 @checker
 def check_causal_mask(causal_mask: Callable[..., torch.Tensor]) -> Iterator[Case]:
-    r"""Check a learner's ``causal_mask(query_length, key_length)``: boolean, top-left aligned.
+    r"""Check a learner's ``causal_mask(query_length, key_length)``: bool, top-left.
 
-    The reference is ``torch.ones(L, S, dtype=torch.bool).tril()``: query ``i`` may attend
-    to key ``j`` when ``j <= i`` (itself included), which is what ``is_causal=True`` means
-    in ``F.scaled_dot_product_attention``. The dtype must be ``torch.bool``. Named
-    mistakes: "causal mask off by one (the diagonal is excluded)", "causal mask off by one
-    (one future key is visible)", "mask inverted", "bottom-right alignment".
+    The reference is ``torch.ones(L, S, dtype=torch.bool).tril()``: query ``i`` may
+    attend to key ``j`` when ``j <= i`` (itself included), which is what
+    ``is_causal=True`` means in ``F.scaled_dot_product_attention``. The dtype must be
+    ``torch.bool``. Named mistakes: "causal mask off by one (the diagonal is excluded)",
+    "causal mask off by one (one future key is visible)", "mask inverted", "bottom-right
+    alignment".
 
     Args:
         causal_mask: a function ``causal_mask(query_length, key_length) -> Tensor``.
@@ -168,7 +170,8 @@ def check_causal_mask(causal_mask: Callable[..., torch.Tensor]) -> Iterator[Case
         mistakes = [
             Mistake(
                 "causal mask off by one (the diagonal is excluded)",
-                "a token may attend to itself: use tril(diagonal=0), i.e. j <= i, not j < i.",
+                "a token may attend to itself: use tril(diagonal=0), i.e. j <= i, not "
+                "j < i.",
                 ones.tril(diagonal=-1),
             ),
             Mistake(
@@ -205,7 +208,7 @@ def check_causal_mask(causal_mask: Callable[..., torch.Tensor]) -> Iterator[Case
 
 @checker
 def check_split_heads(split_heads: Callable[..., torch.Tensor]) -> Iterator[Case]:
-    r"""Check a learner's ``split_heads(x, num_heads)``: ``(B, L, E) -> (B, H, L, E/H)``.
+    r"""Check a learner's ``split_heads(x, num_heads)``: ``(B, L, E) -> (B, H, L, E/H)``
 
     Head ``h`` must hold features ``h*E/H ... (h+1)*E/H - 1`` of every token, as
     ``nn.MultiheadAttention`` and every Transformer implementation split them. Named
@@ -260,7 +263,7 @@ def _tiled_without_rescale(
 def check_tiled_attention(
     tiled_attention: Callable[..., torch.Tensor],
 ) -> Iterator[Case]:
-    r"""Check a learner's ``tiled_attention(query, key, value, block_size)`` (online softmax).
+    r"""Check a learner's ``tiled_attention(query, key, value, block_size)``.
 
     Properties checked: equality with full attention when ``block_size`` does not divide
     ``S``; with one key per block; and with large scores (``|q·k|/√d`` in the hundreds),
@@ -289,7 +292,8 @@ def check_tiled_attention(
         mistake = Mistake(
             "running sums not rescaled",
             "when the running max grows from m_old to m_new, multiply the running sum "
-            "and the accumulated output by exp(m_old - m_new) before adding the new block.",
+            "and the accumulated output by exp(m_old - m_new) before adding the new "
+            "block.",
             _tiled_without_rescale(q, k, v, block),
         )
         yield Case(prop, {**inputs, "block_size": block}, _sdpa(q, k, v), [mistake])

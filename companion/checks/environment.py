@@ -18,8 +18,8 @@ def check_softmax(softmax: Callable[..., torch.Tensor]) -> Iterator[Case]:
 
     Properties checked: the values on small inputs; the normalization along ``dim`` (not
     another axis); no overflow for logits of size ``1e4`` (subtract the maximum first).
-    Named mistakes: "softmax over the wrong axis", "normalized by the sum of x instead of
-    the sum of exp(x)".
+    Named mistakes: "softmax over the wrong axis", "normalized by the sum of x instead
+    of the sum of exp(x)".
 
     Args:
         softmax: a function ``softmax(x, dim) -> Tensor``, called positionally.
@@ -50,8 +50,8 @@ def check_softmax(softmax: Callable[..., torch.Tensor]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "softmax over the wrong axis",
-                f"your weights sum to one along dim={other}; they must sum to one along "
-                f"dim={dim}.",
+                f"your weights sum to one along dim={other}; they must sum to one "
+                f"along dim={dim}.",
                 torch.softmax(x, dim=other),
             ),
             Mistake(

@@ -29,14 +29,14 @@ def _f64(values: object) -> torch.Tensor:
 
 @checker
 def check_alibi_slopes(alibi_slopes: Callable[..., object]) -> Iterator[Case]:
-    r"""Check a learner's ``alibi_slopes(num_heads) -> (H,)`` against Press et al.'s rule.
+    r"""Check a learner's ``alibi_slopes(num_heads) -> (H,)``: Press et al.'s rule.
 
-    Reference: :func:`companion.extension.alibi_slopes`. Cases: 8 heads (a power of two),
-    then 12, 6, 24 and 1 (the interleaved rule). A list of floats is a fine answer, so
-    Press et al.'s own ``get_slopes(n)`` passes. Named mistakes: "power-of-two rule for
-    every head count" (:math:`2^{-8h/n}` for any :math:`n`), "extra slopes not
-    interleaved" (taken consecutively instead of every other one), "slope 2^-h for every
-    head count".
+    Reference: :func:`companion.extension.alibi_slopes`. Cases: 8 heads (a power of
+    two), then 12, 6, 24 and 1 (the interleaved rule). A list of floats is a fine
+    answer, so Press et al.'s own ``get_slopes(n)`` passes. Named mistakes:
+    "power-of-two rule for every head count" (:math:`2^{-8h/n}` for any :math:`n`),
+    "extra slopes not interleaved" (taken consecutively instead of every other one),
+    "slope 2^-h for every head count".
 
     Args:
         alibi_slopes: a function ``alibi_slopes(num_heads)`` returning the slopes.
@@ -55,20 +55,21 @@ def check_alibi_slopes(alibi_slopes: Callable[..., object]) -> Iterator[Case]:
                 "power-of-two rule for every head count",
                 f"2^(-8h/n) is the rule only when n is a power of two. For {num_heads} "
                 f"heads take the {closest} slopes of {closest} heads, then every other "
-                f"slope of {2 * closest} heads (2^(-4/{closest}), 2^(-12/{closest}), ...) "
-                "for the rest.",
+                f"slope of {2 * closest} heads (2^(-4/{closest}), 2^(-12/{closest}), "
+                "...) for the rest.",
                 _f64(_power_of_two_slopes(num_heads)),
             ),
             Mistake(
                 "extra slopes not interleaved",
-                f"the extra heads take the odd-numbered slopes of the {2 * closest}-head "
-                "sequence ([0::2] in the reference code), which fall between the first "
-                "ones; you took its first slopes in a row.",
+                "the extra heads take the odd-numbered slopes of the "
+                f"{2 * closest}-head sequence ([0::2] in the reference code), which "
+                "fall between the first ones; you took its first slopes in a row.",
                 _f64(_power_of_two_slopes(closest) + extra),
             ),
             Mistake(
                 "slope 2^-h for every head count",
-                "1/2, 1/4, ... is the 8-head sequence; in general the ratio is 2^(-8/n).",
+                "1/2, 1/4, ... is the 8-head sequence; in general the ratio is "
+                "2^(-8/n).",
                 _f64([2.0**-k for k in range(1, num_heads + 1)]),
             ),
         ]
@@ -90,9 +91,9 @@ def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case
     r"""Check a learner's ``ntk_aware_base(base, factor, head_dim) -> float``.
 
     Reference: :func:`companion.extension.ntk_aware_base`, :math:`b\,s^{D/(D-2)}`, to a
-    relative ``1e-9`` (a Python float or a 0-d tensor). Named mistakes: "exponent head_dim
-    instead of head_dim/(head_dim-2)", "base multiplied by the factor" (exponent 1),
-    "exponent inverted" (:math:`(D-2)/D`), "base divided by the factor".
+    relative ``1e-9`` (a Python float or a 0-d tensor). Named mistakes: "exponent
+    head_dim instead of head_dim/(head_dim-2)", "base multiplied by the factor"
+    (exponent 1), "exponent inverted" (:math:`(D-2)/D`), "base divided by the factor".
 
     Args:
         ntk_aware_base: a function ``ntk_aware_base(base, factor, head_dim)``.
@@ -113,8 +114,8 @@ def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case
             ),
             Mistake(
                 "base multiplied by the factor",
-                "b*s slows the lowest pair by s^((D-2)/D), slightly less than s; raise the "
-                "factor to the power D/(D-2).",
+                "b*s slows the lowest pair by s^((D-2)/D), slightly less than s; raise "
+                "the factor to the power D/(D-2).",
                 _f64(b * s),
             ),
             Mistake(
@@ -125,7 +126,8 @@ def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case
             ),
             Mistake(
                 "base divided by the factor",
-                "a smaller base makes every pair faster; the NTK base is larger than b.",
+                "a smaller base makes every pair faster; the NTK base is larger than "
+                "b.",
                 _f64(b / s ** (d / (d - 2))),
             ),
         ]
@@ -164,8 +166,8 @@ def check_yarn_ramp(yarn_ramp: Callable[..., torch.Tensor]) -> Iterator[Case]:
     original_max_position_embeddings, beta_fast, beta_slow) -> (D/2,)``.
 
     The arguments come positionally, in this order. Reference:
-    :func:`companion.extension.yarn_ramp` (0 = pair untouched, 1 = fully interpolated; HF
-    transformers' rounding of the range). Named mistakes: "beta_fast and beta_slow
+    :func:`companion.extension.yarn_ramp` (0 = pair untouched, 1 = fully interpolated;
+    HF transformers' rounding of the range). Named mistakes: "beta_fast and beta_slow
     swapped", "YaRN ramp reversed", "correction range not rounded outwards" (no
     ``floor``/``ceil``).
 
@@ -201,23 +203,23 @@ def check_yarn_ramp(yarn_ramp: Callable[..., torch.Tensor]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "beta_fast and beta_slow swapped",
-                f"low comes from beta_fast = {fast} (pairs turning more often than that "
-                f"are kept) and high from beta_slow = {slow}; you computed the range with "
-                "the two exchanged.",
+                f"low comes from beta_fast = {fast} (pairs turning more often than "
+                f"that are kept) and high from beta_slow = {slow}; you computed the "
+                "range with the two exchanged.",
                 _ramp(head_dim, base, n0, slow, fast),
             ),
             Mistake(
                 "YaRN ramp reversed",
-                "fast pairs (small i, more than beta_fast turns over the training length) "
-                "must get 0 (kept as they are) and slow pairs 1 (interpolated): ramp = "
-                "clamp((i - low) / (high - low), 0, 1) with low from beta_fast, high from "
-                "beta_slow.",
+                "fast pairs (small i, more than beta_fast turns over the training "
+                "length) must get 0 (kept as they are) and slow pairs 1 "
+                "(interpolated): ramp = clamp((i - low) / (high - low), 0, 1) with low "
+                "from beta_fast, high from beta_slow.",
                 1 - expected,
             ),
             Mistake(
                 "correction range not rounded outwards",
-                "HF transformers (truncate=True, the default) floors low and ceils high "
-                "before building the ramp.",
+                "HF transformers (truncate=True, the default) floors low and ceils "
+                "high before building the ramp.",
                 _ramp(head_dim, base, n0, fast, slow, truncate=False),
             ),
         ]
@@ -276,14 +278,15 @@ def check_llama3_frequencies(
         mistakes = [
             Mistake(
                 "bands swapped",
-                f"pairs with wavelength above {n0}/low_freq_factor (slow pairs, which never "
-                "turned in the training length) are divided by the factor; pairs with "
-                f"wavelength below {n0}/high_freq_factor are kept.",
+                f"pairs with wavelength above {n0}/low_freq_factor (slow pairs, which "
+                "never turned in the training length) are divided by the factor; "
+                f"pairs with wavelength below {n0}/high_freq_factor are kept.",
                 swapped,
             ),
             Mistake(
                 "every pair divided by the factor",
-                "that is position interpolation; Llama 3 keeps the high-frequency band.",
+                "that is position interpolation; Llama 3 keeps the high-frequency "
+                "band.",
                 theta / factor,
             ),
             Mistake(

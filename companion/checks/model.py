@@ -1,4 +1,4 @@
-r"""Checkers for chapter 06 (:ref:`ch-tiny-transformer`): the tasks of the tiny Transformer."""
+r"""Checkers for chapter 06 (:ref:`ch-tiny-transformer`): the tasks of the capstone."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _lag(tokens: torch.Tensor, lag: int) -> torch.Tensor:
 
 @checker
 def check_lag_targets(lag_targets: Callable[..., torch.Tensor]) -> Iterator[Case]:
-    r"""Check ``lag_targets(tokens, lag)`` against :func:`companion.model.lag_task`'s rule.
+    r"""Check ``lag_targets(tokens, lag)``: :func:`companion.model.lag_task`'s rule.
 
     The target at position ``t`` is the token at ``t - lag``, and ``-100`` (the ignore
     index of :func:`torch.nn.functional.cross_entropy`) for ``t < lag``; the answer must
@@ -55,7 +55,8 @@ def check_lag_targets(lag_targets: Callable[..., torch.Tensor]) -> Iterator[Case
             Mistake(
                 "unscored positions filled with 0",
                 f"the first {lag} positions have no answer: mark them with -100, the "
-                "ignore index of cross_entropy, or they train the model to predict token 0.",
+                "ignore index of cross_entropy, or they train the model to predict "
+                "token 0.",
                 zeros,
             ),
             Mistake(
@@ -78,13 +79,14 @@ def check_lag_targets(lag_targets: Callable[..., torch.Tensor]) -> Iterator[Case
 
 @checker
 def check_masked_accuracy(masked_accuracy: Callable[..., object]) -> Iterator[Case]:
-    r"""Check ``masked_accuracy(logits, targets)``: the accuracy over scored positions only.
+    r"""Check ``masked_accuracy(logits, targets)``: accuracy over scored positions only.
 
     The answer may be a 0-d tensor or a Python number. Named mistake: "counted the
     unscored positions" (the ``-100`` ones).
 
     Args:
-        masked_accuracy: a function ``(logits (B, L, V), targets (B, L)) -> 0-d tensor``.
+        masked_accuracy: a function ``(logits (B, L, V), targets (B, L)) -> 0-d
+            tensor``.
 
     Returns:
         ``True`` when every case passes; ``False`` for the exercise's stub.

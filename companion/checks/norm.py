@@ -27,7 +27,7 @@ def _norm_rows(
     eps: float,
     eps_outside: bool = False,
 ) -> torch.Tensor:
-    """(x - mean) / sqrt(var + eps) over ``dim`` (or / (std + eps) when ``eps_outside``)."""
+    """(x - mean) / sqrt(var + eps) over ``dim``; / (std + eps) if ``eps_outside``."""
     var, mean = torch.var_mean(x, dim=dim, correction=correction, keepdim=True)
     if eps_outside:
         return (x - mean) / (var.sqrt() + eps)
@@ -100,15 +100,15 @@ def check_layer_norm(layer_norm: Callable[..., torch.Tensor]) -> Iterator[Case]:
             Mistake(
                 "unbiased std with eps outside the square root (the Annotated "
                 "Transformer's LayerNorm)",
-                "a_2 * (x - mean) / (x.std(-1) + eps) + b_2 uses the unbiased std and adds "
-                "eps to it; use the biased variance and sqrt(var + eps).",
+                "a_2 * (x - mean) / (x.std(-1) + eps) + b_2 uses the unbiased std and "
+                "adds eps to it; use the biased variance and sqrt(var + eps).",
                 _norm_rows(x, -1, correction=1, eps=eps, eps_outside=True) * weight
                 + bias,
             ),
             Mistake(
                 "normalizing over the batch axis",
-                "that is BatchNorm's axis: LayerNorm takes the mean and variance of each "
-                "token over its features (dim=-1), not over dim=0.",
+                "that is BatchNorm's axis: LayerNorm takes the mean and variance of "
+                "each token over its features (dim=-1), not over dim=0.",
                 _norm_rows(x, 0, eps=eps) * weight + bias,
             ),
             _no_gain(_norm_rows(x, -1, eps=eps) + bias),
@@ -194,13 +194,14 @@ def check_rms_norm(rms_norm: Callable[..., torch.Tensor]) -> Iterator[Case]:
 def check_batch_norm(batch_norm: Callable[..., object]) -> Iterator[Case]:
     r"""Check a learner's training-mode ``batch_norm`` on ``(B, D)`` input.
 
-    The learner's function is called as ``batch_norm(x, running_mean, running_var, weight,
-    bias, momentum, eps)`` and returns ``(y, new_running_mean, new_running_var)`` (a tuple
-    or a list; updating the running statistics in place and returning them is fine). The
-    reference is :func:`torch.nn.functional.batch_norm` with ``training=True``. Named
-    mistakes: "unbiased variance" (to normalize), "eps outside the square root",
-    "normalizing over the feature axis" (that is LayerNorm), "forgetting the gain",
-    "biased variance in the running estimate", "momentum the wrong way round".
+    The learner's function is called as ``batch_norm(x, running_mean, running_var,
+    weight, bias, momentum, eps)`` and returns ``(y, new_running_mean,
+    new_running_var)`` (a tuple or a list; updating the running statistics in place and
+    returning them is fine). The reference is :func:`torch.nn.functional.batch_norm`
+    with ``training=True``. Named mistakes: "unbiased variance" (to normalize), "eps
+    outside the square root", "normalizing over the feature axis" (that is LayerNorm),
+    "forgetting the gain", "biased variance in the running estimate", "momentum the
+    wrong way round".
 
     Args:
         batch_norm: the learner's function, see above.
@@ -241,8 +242,8 @@ def check_batch_norm(batch_norm: Callable[..., object]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "unbiased variance",
-                "normalize with the biased batch variance (divide by B); the unbiased one "
-                "only enters running_var.",
+                "normalize with the biased batch variance (divide by B); the unbiased "
+                "one only enters running_var.",
                 (_norm_rows(x, 0, correction=1, eps=eps) * weight + bias, None, None),
             ),
             _eps_outside(
@@ -254,21 +255,21 @@ def check_batch_norm(batch_norm: Callable[..., object]) -> Iterator[Case]:
             ),
             Mistake(
                 "normalizing over the feature axis",
-                "that is LayerNorm: BatchNorm takes statistics per feature over the batch "
-                "(dim=0).",
+                "that is LayerNorm: BatchNorm takes statistics per feature over the "
+                "batch (dim=0).",
                 (_norm_rows(x, -1, eps=eps) * weight + bias, None, None),
             ),
             _no_gain((_norm_rows(x, 0, eps=eps) + bias, None, None)),
             Mistake(
                 swapped,
-                "torch's momentum weighs the NEW batch: r = (1 - momentum) * r + momentum "
-                "* batch_mean.",
+                "torch's momentum weighs the NEW batch: r = (1 - momentum) * r + "
+                "momentum * batch_mean.",
                 (None, momentum * rm0 + (1 - momentum) * mean_b, None),
             ),
             Mistake(
                 "biased variance in the running estimate",
-                "running_var tracks the unbiased variance: multiply the batch variance by "
-                "B / (B - 1) before the update.",
+                "running_var tracks the unbiased variance: multiply the batch variance "
+                "by B / (B - 1) before the update.",
                 (None, None, (1 - momentum) * rv0 + momentum * var_b),
             ),
             Mistake(
@@ -304,8 +305,8 @@ def check_variance(variance: Callable[..., torch.Tensor]) -> Iterator[Case]:
     "unbiased variance".
 
     Args:
-        variance: a function ``variance(x, dim) -> Tensor`` returning the biased variance
-            along ``dim`` (dim removed).
+        variance: a function ``variance(x, dim) -> Tensor`` returning the biased
+            variance along ``dim`` (dim removed).
 
     Returns:
         ``True`` when every case passes; ``False`` for the exercise's stub.
@@ -328,9 +329,9 @@ def check_variance(variance: Callable[..., torch.Tensor]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "E[x^2] - E[x]^2 (catastrophic cancellation)",
-                "for a large mean both terms are huge and nearly equal, and float32 keeps "
-                "~7 digits: subtract the mean first, then average the squares (two "
-                "passes), or use torch.var_mean(x, dim, correction=0).",
+                "for a large mean both terms are huge and nearly equal, and float32 "
+                "keeps ~7 digits: subtract the mean first, then average the squares "
+                "(two passes), or use torch.var_mean(x, dim, correction=0).",
                 x.square().mean(dim) - x.mean(dim).square(),
             ),
             Mistake(
@@ -353,11 +354,11 @@ def check_variance(variance: Callable[..., torch.Tensor]) -> Iterator[Case]:
 def check_residual_blocks(
     pre_ln: Callable[..., torch.Tensor], post_ln: Callable[..., torch.Tensor]
 ) -> Iterator[Case]:
-    r"""Check a learner's ``pre_ln(x, sublayer, norm)`` and ``post_ln(x, sublayer, norm)``.
+    r"""Check a learner's ``pre_ln(x, sublayer, norm)``, ``post_ln(x, sublayer, norm)``.
 
-    Pre-LN is :math:`x + F(\mathrm{Norm}(x))`, Post-LN is :math:`\mathrm{Norm}(x + F(x))`.
-    Named mistakes: "Post-LN order", "Pre-LN order", "no residual", "residual added to the
-    normalized input", "normalized the sublayer output only".
+    Pre-LN is :math:`x + F(\mathrm{Norm}(x))`, Post-LN is :math:`\mathrm{Norm}(x +
+    F(x))`. Named mistakes: "Post-LN order", "Pre-LN order", "no residual", "residual
+    added to the normalized input", "normalized the sublayer output only".
 
     Args:
         pre_ln: the learner's Pre-LN block as a function.

@@ -57,15 +57,17 @@ def _sinusoid_table(
 def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
     r"""Check a learner's ``fn(num_positions, dim) -> (L, D)`` sinusoidal table.
 
-    Reference: :func:`companion.positional.sinusoidal_encoding` (interleaved layout, base
-    10000). Properties checked: the values on small tables; accuracy at large positions
-    (angles in float64). Named mistakes: "sin and cos swapped", "exponent i/D instead of
-    2i/D", "pair index running over all D dims", "column index j/D in the exponent",
-    "base 1000 instead of 10000", "exponent with the wrong sign", "a factor 2*pi in the
-    frequency", "halves layout instead of interleaved", "angles computed in float32".
+    Reference: :func:`companion.positional.sinusoidal_encoding` (interleaved layout,
+    base 10000). Properties checked: the values on small tables; accuracy at large
+    positions (angles in float64). Named mistakes: "sin and cos swapped", "exponent i/D
+    instead of 2i/D", "pair index running over all D dims", "column index j/D in the
+    exponent", "base 1000 instead of 10000", "exponent with the wrong sign", "a factor
+    2*pi in the frequency", "halves layout instead of interleaved", "angles computed in
+    float32".
 
     Args:
-        fn: a function ``fn(num_positions, dim)`` returning a tensor of shape ``(L, D)``.
+        fn: a function ``fn(num_positions, dim)`` returning a tensor of shape ``(L,
+            D)``.
 
     Returns:
         ``True`` when every case passes; ``False`` for the exercise's stub.
@@ -95,20 +97,21 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]
             ),
             Mistake(
                 "exponent i/D instead of 2i/D",
-                "with pair index i = 0 .. D/2-1 the frequency is 10000**(-2i/D); with i/D "
-                "the lowest frequency is only 10000**(-1/2).",
+                "with pair index i = 0 .. D/2-1 the frequency is 10000**(-2i/D); with "
+                "i/D the lowest frequency is only 10000**(-1/2).",
                 table(pair_exponent=lambda j, d: (j // 2) / d),
             ),
             Mistake(
                 "pair index running over all D dims",
-                "both columns 2i and 2i+1 of a pair share the frequency 10000**(-2i/D), "
-                "where i = column // 2 is the pair index; you used the column index.",
+                "both columns 2i and 2i+1 of a pair share the frequency "
+                "10000**(-2i/D), where i = column // 2 is the pair index; you used the "
+                "column index.",
                 table(pair_exponent=lambda j, d: 2.0 * j / d),
             ),
             Mistake(
                 "column index j/D in the exponent",
-                "the cosine column 2i+1 shares the frequency of the sine column 2i: the "
-                "exponent is 2*(j // 2)/D for column j, not j/D.",
+                "the cosine column 2i+1 shares the frequency of the sine column 2i: "
+                "the exponent is 2*(j // 2)/D for column j, not j/D.",
                 table(pair_exponent=lambda j, d: j / d),
             ),
             Mistake(
@@ -130,13 +133,15 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]
             ),
             Mistake(
                 "halves layout instead of interleaved",
-                "[all sines, all cosines] is the tensor2tensor layout; this exercise asks "
-                "for the paper's interleaved one: sin in even columns, cos in odd columns.",
+                "[all sines, all cosines] is the tensor2tensor layout; this exercise "
+                "asks for the paper's interleaved one: sin in even columns, cos in odd "
+                "columns.",
                 table(halves=True),
             ),
         ]
         if num_positions > 1000:
-            # float32 angles are off by a few 1e-3 at pos = 2e4 and the exact error depends
+            # float32 angles are off by a few 1e-3 at pos = 2e4 and the exact error
+            # depends
             # on the order of operations, so this mistake is recognized by its size.
             mistakes.append(
                 Mistake(
@@ -155,7 +160,7 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]
 
 @checker
 def check_wavelengths(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
-    r"""Check a learner's ``fn(dim) -> (D/2,)`` wavelengths :math:`\lambda_i = 2\pi/\omega_i`.
+    r"""Check a learner's wavelengths ``fn(dim) -> (D/2,)``: :math:`2\pi/\omega_i`.
 
     Reference: :func:`companion.positional.sinusoidal_wavelengths`. Named mistakes:
     "frequency instead of wavelength", "wavelength without the 2*pi", "exponent i/D
@@ -230,19 +235,20 @@ def check_shift_matrix(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
             Mistake(
                 "sin entries with the wrong sign (blocks transposed)",
                 "for a ROW vector [sin a, cos a] times the block, the block must be "
-                "[[cos b, -sin b], [sin b, cos b]]; you built the column-vector rotation, "
-                "which shifts by -k.",
+                "[[cos b, -sin b], [sin b, cos b]]; you built the column-vector "
+                "rotation, which shifts by -k.",
                 reference.mT,
             ),
             Mistake(
                 "angle k instead of k * w_i",
-                "block i rotates by k * w_i, the angle pair i advances over k positions.",
+                "block i rotates by k * w_i, the angle pair i advances over k "
+                "positions.",
                 torch.block_diag(*blocks),
             ),
             Mistake(
                 "PE(k) on the diagonal",
-                "T(k) is not diag(PE(k)): each 2x2 block mixes the sine and the cosine of "
-                "a pair.",
+                "T(k) is not diag(PE(k)): each 2x2 block mixes the sine and the cosine "
+                "of a pair.",
                 torch.diag(pe_k),
             ),
         ]
@@ -258,15 +264,15 @@ def check_shift_matrix(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
 
 @checker
 def check_dot_product_curve(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
-    r"""Check a learner's ``fn(offsets, dim)``: :math:`g(k) = \mathrm{PE}(m)\cdot\mathrm{PE}(m+k)`.
+    r"""Check a learner's dot-product curve ``fn(offsets, dim)``: PE(m) . PE(m + k).
 
     Reference: :func:`companion.positional.sinusoidal_dot_products`,
     :math:`g(k) = \sum_i \cos(k\,\omega_i)`. Named mistakes: "sum of sines instead of
     cosines", "each pair counted twice", "cosine similarity instead of the dot product".
 
     Args:
-        fn: a function ``fn(offsets, dim)`` with ``offsets`` a float64 tensor, returning a
-            tensor of the same shape.
+        fn: a function ``fn(offsets, dim)`` with ``offsets`` a float64 tensor, returning
+            a tensor of the same shape.
 
     Returns:
         ``True`` when every case passes; ``False`` for the exercise's stub.
@@ -283,13 +289,14 @@ def check_dot_product_curve(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "sum of sines instead of cosines",
-                "sin(m w) sin(n w) + cos(m w) cos(n w) = cos((m - n) w): the curve is a sum "
-                "of cosines, and g(0) = D/2.",
+                "sin(m w) sin(n w) + cos(m w) cos(n w) = cos((m - n) w): the curve is "
+                "a sum of cosines, and g(0) = D/2.",
                 torch.sin(angles).sum(-1),
             ),
             Mistake(
                 "each pair counted twice",
-                "a pair (sin, cos) contributes one cosine cos(k w_i), not two: g(0) = D/2.",
+                "a pair (sin, cos) contributes one cosine cos(k w_i), not two: g(0) = "
+                "D/2.",
                 2.0 * reference,
             ),
             Mistake(
@@ -315,7 +322,7 @@ def _interleave(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @checker
 def check_shift_recurrence(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
-    r"""Check a learner's ``fn(pe_pos, pe_k) -> PE(pos + k)`` built from products of entries.
+    r"""Check a learner's ``fn(pe_pos, pe_k) -> PE(pos + k)`` from products of entries.
 
     ``pe_pos`` holds the rows :math:`\mathrm{PE}(\text{pos})` of several positions,
     ``pe_k`` the row :math:`\mathrm{PE}(k)`; the answer is every
@@ -342,15 +349,15 @@ def check_shift_recurrence(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "the recurrence printed in the notes",
-                "PE(pos,2i)PE(k,2i) + PE(pos,2i+1)PE(k,2i+1) is cos(a - b), not sin(a + b); "
-                "use sin(a+b) = sin a cos b + cos a sin b and "
-                "cos(a+b) = cos a cos b - sin a sin b.",
+                "PE(pos,2i)PE(k,2i) + PE(pos,2i+1)PE(k,2i+1) is cos(a - b), not sin(a "
+                "+ b); use sin(a+b) = sin a cos b + cos a sin b and cos(a+b) = cos a "
+                "cos b - sin a sin b.",
                 _interleave(sp * sk + cp * ck, cp * sk + sp * ck - sp * sk),
             ),
             Mistake(
                 "cos(a+b) with a plus sign",
-                "cos(a + b) = cos a cos b - sin a sin b (a minus sign); with a plus it is "
-                "cos(a - b).",
+                "cos(a + b) = cos a cos b - sin a sin b (a minus sign); with a plus it "
+                "is cos(a - b).",
                 _interleave(sp * ck + cp * sk, cp * ck + sp * sk),
             ),
         ]
@@ -368,10 +375,10 @@ def check_shift_recurrence(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
 
 @checker
 def check_normalized_positions(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
-    r"""Check a learner's ``fn(num_positions) -> (L,)`` naive encoding :math:`\text{pos}/(L-1)`.
+    r"""Check a learner's naive encoding ``fn(num_positions) -> (L,)``: pos / (L - 1).
 
-    Properties checked: the values for a few lengths ``L >= 2`` (first position 0, last 1).
-    Named mistakes: "divided by L instead of L - 1", "positions counted from 1".
+    Properties checked: the values for a few lengths ``L >= 2`` (first position 0, last
+    1). Named mistakes: "divided by L instead of L - 1", "positions counted from 1".
 
     Args:
         fn: a function ``fn(num_positions)`` returning a float tensor of shape ``(L,)``.
@@ -387,7 +394,8 @@ def check_normalized_positions(fn: Callable[..., torch.Tensor]) -> Iterator[Case
         mistakes = [
             Mistake(
                 "divided by L instead of L - 1",
-                "the last position is L - 1; divide by L - 1 so that it maps to exactly 1.",
+                "the last position is L - 1; divide by L - 1 so that it maps to "
+                "exactly 1.",
                 pos / num_positions,
             ),
             Mistake(

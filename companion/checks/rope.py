@@ -27,8 +27,9 @@ def _rotate(
     exponent: float = 2.0,
     sign: float = 1.0,
 ) -> torch.Tensor:
-    """RoPE in float64, right and wrong: pair i at position m turns by sign * m * theta_i
-    with theta_i = base^(-exponent * i / D); pairs (i, i + D/2) or (2i, 2i + 1)."""
+    """RoPE in float64, right and wrong: pair i at position m turns by
+    sign * m * theta_i with theta_i = base^(-exponent * i / D); pairs (i, i + D/2) or
+    (2i, 2i + 1)."""
     dim = x.shape[-1]
     theta = base ** (-exponent * torch.arange(dim // 2, dtype=torch.float64) / dim)
     angle = positions.to(torch.float64)[:, None] * theta  # (L, D/2)
@@ -47,11 +48,11 @@ def _rotate(
 def check_rope_frequencies(
     rope_frequencies: Callable[..., torch.Tensor],
 ) -> Iterator[Case]:
-    r"""Check a learner's ``rope_frequencies(head_dim, base)``: :math:`\theta_i = b^{-2i/D}`.
+    r"""Check a learner's ``rope_frequencies(head_dim, base)``: :math:`b^{-2i/D}`.
 
-    Properties checked: one frequency per *pair* (``D/2`` values), the exponent ``-2i/D``,
-    for several widths and bases. Named mistakes: "frequencies base^(-i/D)", "exponent
-    with the wrong sign".
+    Properties checked: one frequency per *pair* (``D/2`` values), the exponent
+    ``-2i/D``, for several widths and bases. Named mistakes: "frequencies base^(-i/D)",
+    "exponent with the wrong sign".
 
     Args:
         rope_frequencies: a function ``rope_frequencies(head_dim, base) -> (D/2,)``.
@@ -67,15 +68,15 @@ def check_rope_frequencies(
         mistakes = [
             Mistake(
                 "frequencies base^(-i/D)",
-                "the exponent runs over the pair index i = 0 .. D/2-1 and is -2i/D, so the "
-                "slowest pair turns at about 1/base per position; with -i/D it only "
-                "reaches 1/sqrt(base).",
+                "the exponent runs over the pair index i = 0 .. D/2-1 and is -2i/D, so "
+                "the slowest pair turns at about 1/base per position; with -i/D it "
+                "only reaches 1/sqrt(base).",
                 base ** (-i / head_dim),
             ),
             Mistake(
                 "exponent with the wrong sign",
-                "theta_i = base**(-2i/D) decreases from 1; base**(2i/D) grows to nearly "
-                "base radians per position.",
+                "theta_i = base**(-2i/D) decreases from 1; base**(2i/D) grows to "
+                "nearly base radians per position.",
                 base ** (2 * i / head_dim),
             ),
         ]
@@ -93,20 +94,20 @@ def check_rope_frequencies(
 def check_apply_rope(
     apply_rope: Callable[..., torch.Tensor], *, layout: str = "half"
 ) -> Iterator[Case]:
-    r"""Check a learner's ``apply_rope(x, positions, base)`` for the declared ``layout``.
+    r"""Check a learner's ``apply_rope(x, positions, base)`` for the given ``layout``.
 
     Properties checked: the rotation of pair ``i`` at position ``m`` by
-    :math:`m\theta_i`, counterclockwise (:math:`(a, b) \mapsto (a\cos - b\sin,
-    b\cos + a\sin)`), with the pairs of ``layout`` (``"half"``: ``(i, i + D/2)``, Hugging
-    Face's; ``"interleaved"``: ``(2i, 2i + 1)``, Meta's), for positions that do not start
-    at 0. Named mistakes: "rotating the wrong pairs for the declared layout", "the sign of
-    the rotation flipped", "frequencies base^(-i/D)", "positions ignored". Hugging Face's
-    ``LlamaRotaryEmbedding`` with ``apply_rotary_pos_emb`` passes (its float32 angles are
-    within tolerance at the positions checked, up to 4096).
+    :math:`m\theta_i`, counterclockwise (:math:`(a, b) \mapsto (a\cos - b\sin, b\cos +
+    a\sin)`), with the pairs of ``layout`` (``"half"``: ``(i, i + D/2)``, Hugging
+    Face's; ``"interleaved"``: ``(2i, 2i + 1)``, Meta's), for positions that do not
+    start at 0. Named mistakes: "rotating the wrong pairs for the declared layout", "the
+    sign of the rotation flipped", "frequencies base^(-i/D)", "positions ignored".
+    Hugging Face's ``LlamaRotaryEmbedding`` with ``apply_rotary_pos_emb`` passes (its
+    float32 angles are within tolerance at the positions checked, up to 4096).
 
     Args:
-        apply_rope: a function ``apply_rope(x, positions, base) -> Tensor`` with ``x`` of
-            shape ``(..., L, D)`` and integer ``positions`` of shape ``(L,)``.
+        apply_rope: a function ``apply_rope(x, positions, base) -> Tensor`` with ``x``
+            of shape ``(..., L, D)`` and integer ``positions`` of shape ``(L,)``.
         layout: the pairing the learner's function declares, one of
             :data:`companion.rope.LAYOUTS`.
 
@@ -150,8 +151,8 @@ def check_apply_rope(
             ),
             Mistake(
                 "the sign of the rotation flipped",
-                "pair (a, b) at angle t becomes (a cos t - b sin t, b cos t + a sin t), a "
-                "multiplication by e^{+it}; you rotated by -t (clockwise).",
+                "pair (a, b) at angle t becomes (a cos t - b sin t, b cos t + a sin "
+                "t), a multiplication by e^{+it}; you rotated by -t (clockwise).",
                 _rotate(x, positions, base, layout=layout, sign=-1.0),
             ),
             Mistake(
@@ -161,8 +162,8 @@ def check_apply_rope(
             ),
             Mistake(
                 "positions ignored",
-                "rotate row l by the angle of positions[l], not by l: position ids need not "
-                "start at 0 or be consecutive (a KV cache, packed sequences).",
+                "rotate row l by the angle of positions[l], not by l: position ids "
+                "need not start at 0 or be consecutive (a KV cache, packed sequences).",
                 _rotate(x, torch.arange(x.shape[-2]), base, layout=layout),
             ),
         ]
@@ -185,9 +186,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def check_rope_attention(rope_attention: Callable[..., torch.Tensor]) -> Iterator[Case]:
     r"""Check a learner's ``rope_attention(query, key, value, positions, base)``.
 
-    The reference rotates query and key with RoPE (half layout), leaves the values alone,
-    and returns ``softmax(q k^T / sqrt(D)) v`` (no mask). Named mistakes: "rotating v",
-    "RoPE left out".
+    The reference rotates query and key with RoPE (half layout), leaves the values
+    alone, and returns ``softmax(q k^T / sqrt(D)) v`` (no mask). Named mistakes:
+    "rotating v", "RoPE left out".
 
     Args:
         rope_attention: a function ``(query, key, value, positions, base) -> Tensor`` on
@@ -209,13 +210,14 @@ def check_rope_attention(rope_attention: Callable[..., torch.Tensor]) -> Iterato
             Mistake(
                 "rotating v",
                 "RoPE rotates queries and keys only; the values carry content, not "
-                "position, and rotating them mixes each output's coordinates by the key's "
-                "position.",
+                "position, and rotating them mixes each output's coordinates by the "
+                "key's position.",
                 _attend(rq, rk, rv),
             ),
             Mistake(
                 "RoPE left out",
-                "rotate query and key (with the same positions) before the dot products.",
+                "rotate query and key (with the same positions) before the dot "
+                "products.",
                 _attend(q, k, v),
             ),
         ]
@@ -231,13 +233,14 @@ def check_rope_attention(rope_attention: Callable[..., torch.Tensor]) -> Iterato
 def check_rope_weight_permutation(
     convert: Callable[..., torch.Tensor],
 ) -> Iterator[Case]:
-    r"""Check a learner's ``convert(weight, num_heads)``: interleaved rows to half layout.
+    r"""Check a learner's ``convert(weight, num_heads)``: interleaved rows to half.
 
-    ``weight`` is a query or key projection ``(num_heads * D, d_model)`` trained with the
-    interleaved layout (Meta's checkpoints); the answer permutes the ``D`` output rows of
-    each head with :func:`companion.rope.interleaved_to_half_permutation`, so that the half
-    layout (Hugging Face) gives the same attention scores. Named mistakes: "permutation in
-    the wrong direction", "one permutation over all rows instead of one per head".
+    ``weight`` is a query or key projection ``(num_heads * D, d_model)`` trained with
+    the interleaved layout (Meta's checkpoints); the answer permutes the ``D`` output
+    rows of each head with :func:`companion.rope.interleaved_to_half_permutation`, so
+    that the half layout (Hugging Face) gives the same attention scores. Named mistakes:
+    "permutation in the wrong direction", "one permutation over all rows instead of one
+    per head".
 
     Args:
         convert: a function ``convert(weight, num_heads) -> Tensor`` of the same shape.
@@ -257,14 +260,15 @@ def check_rope_weight_permutation(
         mistakes = [
             Mistake(
                 "permutation in the wrong direction",
-                "row i of the half layout is row p[i] = 2i (i < D/2) of the interleaved "
-                "one: index with interleaved_to_half_permutation, not its inverse.",
+                "row i of the half layout is row p[i] = 2i (i < D/2) of the "
+                "interleaved one: index with interleaved_to_half_permutation, not its "
+                "inverse.",
                 per_head[:, backward].reshape(weight.shape),
             ),
             Mistake(
                 "one permutation over all rows instead of one per head",
-                "the pairs live inside each head: view the rows as (num_heads, D, d_model) "
-                "and permute the D axis.",
+                "the pairs live inside each head: view the rows as (num_heads, D, "
+                "d_model) and permute the D axis.",
                 weight[rope.interleaved_to_half_permutation(num_heads * head_dim)],
             ),
         ]
@@ -281,8 +285,8 @@ def check_rope_weight_permutation(
 def _float32_angles(
     positions: torch.Tensor, head_dim: int, base: float
 ) -> torch.Tensor:
-    """Hugging Face's ``LlamaRotaryEmbedding`` recipe (Meta's ``precompute_freqs_cis`` is
-    the same): ``inv_freq`` and the angles in float32."""
+    """Hugging Face's ``LlamaRotaryEmbedding`` recipe (Meta's
+    ``precompute_freqs_cis`` is the same): ``inv_freq`` and the angles in float32."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
     inv_freq = 1.0 / (base**exponents)  # (D/2,) float32
     return positions.float()[:, None] * inv_freq  # (L, D/2) float32
@@ -292,12 +296,12 @@ def _float32_angles(
 def check_rope_cos_sin(
     rope_cos_sin: Callable[..., tuple[torch.Tensor, torch.Tensor]],
 ) -> Iterator[Case]:
-    r"""Check a learner's float32 ``rope_cos_sin(positions, head_dim, base) -> (cos, sin)``.
+    r"""Check a learner's ``rope_cos_sin(positions, head_dim, base) -> (cos, sin)``.
 
     Properties checked: ``cos`` and ``sin`` of :math:`m\theta_i`, shape ``(L, D/2)``,
     float32, within ``3e-7`` of the float64-angle table (a few float32 rounding steps of
-    values near 1) at positions up to :math:`2^{20}`. Named mistakes: "angles computed in
-    float32" (the recipe of Hugging Face's ``LlamaRotaryEmbedding`` and Meta's
+    values near 1) at positions up to :math:`2^{20}`. Named mistakes: "angles computed
+    in float32" (the recipe of Hugging Face's ``LlamaRotaryEmbedding`` and Meta's
     ``precompute_freqs_cis``, off by up to a few hundredths of a radian at the positions
     checked; recognized by the size of the error, whatever the order of operations),
     "frequencies base^(-i/D)".
@@ -337,9 +341,9 @@ def check_rope_cos_sin(
                 "angles computed in float32",
                 "this is the recipe of Hugging Face's LlamaRotaryEmbedding and Meta's "
                 "precompute_freqs_cis: m * theta in float32 keeps about 7 significant "
-                "digits, so at m near 2^20 the angle is off by up to a few hundredths of a "
-                "radian. Form the angles in float64, take cos and sin, then cast to "
-                "float32.",
+                "digits, so at m near 2^20 the angle is off by up to a few hundredths "
+                "of a radian. Form the angles in float64, take cos and sin, then cast "
+                "to float32.",
                 (ang32.cos().double(), ang32.sin().double()),
                 atol=0.25,
                 rtol=0.0,

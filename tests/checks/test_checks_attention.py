@@ -17,7 +17,7 @@ from companion.attention import (
     tiled_attention,
 )
 
-# ---- check_attention -------------------------------------------------------------------
+# ---- check_attention -----------------------------------------------------------------
 
 
 def attention_loops(query, key, value):
@@ -82,7 +82,7 @@ def test_attention_names(answer, name, named) -> None:
     named(lambda: checks.check_attention(answer), name)
 
 
-# ---- check_masked_attention -------------------------------------------------------------
+# ---- check_masked_attention ----------------------------------------------------------
 
 
 def masked_fill(query, key, value, mask):
@@ -131,7 +131,7 @@ def test_masked_attention_names(named) -> None:
     named(lambda: checks.check_masked_attention(unscaled), "missing 1/sqrt(d_k)")
 
 
-# ---- check_causal_mask -----------------------------------------------------------------
+# ---- check_causal_mask ---------------------------------------------------------------
 
 
 def causal_loops(query_length, key_length):
@@ -181,7 +181,7 @@ def test_causal_mask_wants_bool() -> None:
         checks.check_causal_mask(lambda n, m: causal_mask(n, m).int())
 
 
-# ---- check_split_heads -----------------------------------------------------------------
+# ---- check_split_heads ---------------------------------------------------------------
 
 
 def split_loops(x, num_heads):
@@ -216,7 +216,7 @@ def test_split_heads_names(named) -> None:
     )
 
 
-# ---- check_tiled_attention -------------------------------------------------------------
+# ---- check_tiled_attention -----------------------------------------------------------
 
 
 def tiled_by_hand(query, key, value, block_size, rescaled=True):

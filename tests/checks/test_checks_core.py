@@ -26,7 +26,7 @@ def _expect(got: object, expected: torch.Tensor, **kwargs: object) -> None:
     )
 
 
-# ---- the comparison -----------------------------------------------------------------
+# ---- the comparison ------------------------------------------------------------------
 
 
 def test_a_match_within_tolerance_passes() -> None:
@@ -153,7 +153,7 @@ def test_describe_inputs_shows_tensors_by_shape_and_dtype() -> None:
     assert describe_inputs({}) == "(no inputs)"
 
 
-# ---- calling the learner's function -------------------------------------------------
+# ---- calling the learner's function --------------------------------------------------
 
 
 @checker
@@ -277,7 +277,7 @@ def test_a_tuple_answer_is_compared_part_by_part() -> None:
     assert info.value.mistake == "negated second" and info.value.prop == "pair (b)"
 
 
-# ---- the bad-input contract -----------------------------------------------------------
+# ---- the bad-input contract ----------------------------------------------------------
 
 
 def _fn(*args):
@@ -288,7 +288,8 @@ BAD_INPUTS = [
     ("CheckError", lambda: CheckError(), TypeError, r"missing .* required positional"),
     ("check_softmax", lambda: checks.check_softmax(3), TypeError,
      r"softmax must be callable, got 3"),
-    ("check_sinusoidal_encoding", lambda: checks.check_sinusoidal_encoding(None), TypeError,
+    ("check_sinusoidal_encoding", lambda: checks.check_sinusoidal_encoding(None),
+     TypeError,
      r"fn must be callable, got None"),
     ("check_wavelengths", lambda: checks.check_wavelengths("f"), TypeError,
      r"fn must be callable, got 'f'"),
@@ -298,13 +299,15 @@ BAD_INPUTS = [
      r"fn must be callable, got 1.5"),
     ("check_shift_recurrence", lambda: checks.check_shift_recurrence([]), TypeError,
      r"fn must be callable, got a list"),
-    ("check_normalized_positions", lambda: checks.check_normalized_positions(0), TypeError,
+    ("check_normalized_positions", lambda: checks.check_normalized_positions(0),
+     TypeError,
      r"fn must be callable, got 0"),
     ("check_rope_frequencies", lambda: checks.check_rope_frequencies(None), TypeError,
      r"rope_frequencies must be callable, got None"),
     ("check_apply_rope", lambda: checks.check_apply_rope(None), TypeError,
      r"apply_rope must be callable, got None"),
-    ("check_apply_rope", lambda: checks.check_apply_rope(_fn, layout="neox"), ValueError,
+    ("check_apply_rope", lambda: checks.check_apply_rope(_fn, layout="neox"),
+     ValueError,
      r"layout must be one of 'half', 'interleaved', got 'neox'"),
     ("check_apply_rope", lambda: checks.check_apply_rope(_fn, layout=1), TypeError,
      r"layout must be one of .*, got 1"),
@@ -320,7 +323,8 @@ BAD_INPUTS = [
      r"ntk_aware_base must be callable, got 10000.0"),
     ("check_yarn_ramp", lambda: checks.check_yarn_ramp(None), TypeError,
      r"yarn_ramp must be callable, got None"),
-    ("check_llama3_frequencies", lambda: checks.check_llama3_frequencies(None), TypeError,
+    ("check_llama3_frequencies", lambda: checks.check_llama3_frequencies(None),
+     TypeError,
      r"llama3_frequencies must be callable, got None"),
     ("check_attention", lambda: checks.check_attention(None), TypeError,
      r"attention must be callable, got None"),
@@ -340,7 +344,8 @@ BAD_INPUTS = [
      r"batch_norm must be callable, got None"),
     ("check_variance", lambda: checks.check_variance(None), TypeError,
      r"variance must be callable, got None"),
-    ("check_residual_blocks", lambda: checks.check_residual_blocks(None, _fn), TypeError,
+    ("check_residual_blocks", lambda: checks.check_residual_blocks(None, _fn),
+     TypeError,
      r"pre_ln must be callable, got None"),
     ("check_residual_blocks", lambda: checks.check_residual_blocks(_fn, 3), TypeError,
      r"post_ln must be callable, got 3"),

@@ -1,5 +1,5 @@
-"""check_softmax (chapter 00): correct answers in several styles pass, each named mistake
-is named."""
+"""check_softmax (chapter 00): correct answers in several styles pass, each named
+mistake is named."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Chapter 03's checkers (ALiBi, RoPE context extension): correct answers in several
-styles, Press et al.'s, BLOOM's, Meta's and Hugging Face's code included, pass; each named
-mistake is named."""
+styles, Press et al.'s, BLOOM's, Meta's and Hugging Face's code included, pass; each
+named mistake is named."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
 from companion import checks, extension
 
-# ---- check_alibi_slopes ----------------------------------------------------------------
+# ---- check_alibi_slopes --------------------------------------------------------------
 
 
 def get_slopes(n):
-    """Press et al.'s reference code (ofirpress/attention_with_linear_biases), verbatim."""
+    """Press et al.'s code (ofirpress/attention_with_linear_biases), verbatim."""
 
     def get_slopes_power_of_2(n):
         start = 2 ** (-(2 ** -(math.log2(n) - 3)))
@@ -79,7 +79,7 @@ def test_alibi_slopes_names(named) -> None:
     )
 
 
-# ---- check_ntk_aware_base --------------------------------------------------------------
+# ---- check_ntk_aware_base ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -124,7 +124,7 @@ def test_ntk_aware_base_prints_digits_that_differ() -> None:
     assert expected_line.split(":")[1].strip() != got_line.split(":")[1].strip()
 
 
-# ---- check_yarn_ramp -------------------------------------------------------------------
+# ---- check_yarn_ramp -----------------------------------------------------------------
 
 
 def ramp_loops(head_dim, base, original_max_position_embeddings, beta_fast, beta_slow):
@@ -198,7 +198,7 @@ def test_yarn_ramp_names(named) -> None:
     )
 
 
-# ---- check_llama3_frequencies ----------------------------------------------------------
+# ---- check_llama3_frequencies --------------------------------------------------------
 
 
 def apply_scaling_meta(head_dim, base, factor, low_freq_factor, high_freq_factor, n0):

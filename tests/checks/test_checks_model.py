@@ -1,5 +1,5 @@
-"""Chapter 06's checkers (the tiny Transformer's tasks): correct answers in several styles
-pass; each named mistake, float targets included, is named."""
+"""Chapter 06's checkers (the tiny Transformer's tasks): correct answers in several
+styles pass; each named mistake, float targets included, is named."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from companion import checks
 
-# ---- check_lag_targets -----------------------------------------------------------------
+# ---- check_lag_targets ---------------------------------------------------------------
 
 
 def lag_slicing(tokens, lag):
@@ -78,7 +78,7 @@ def test_float_targets_message_says_why() -> None:
         checks.check_lag_targets(lambda t, lag: lag_slicing(t, lag).double().numpy())
 
 
-# ---- check_masked_accuracy -------------------------------------------------------------
+# ---- check_masked_accuracy -----------------------------------------------------------
 
 
 def accuracy_select(logits, targets):
@@ -124,7 +124,7 @@ def test_masked_accuracy_names(named) -> None:
     )
 
 
-# ---- check_absolute_targets ------------------------------------------------------------
+# ---- check_absolute_targets ----------------------------------------------------------
 
 
 @pytest.mark.parametrize(

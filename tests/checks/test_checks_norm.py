@@ -13,7 +13,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from companion import checks, norm
 
-# ---- check_layer_norm ------------------------------------------------------------------
+# ---- check_layer_norm ----------------------------------------------------------------
 
 
 def layer_norm_loops(x, weight, bias, eps):
@@ -80,8 +80,8 @@ def _ln(
         ({"outside": True}, "eps outside the square root"),
         (
             {"correction": 1, "outside": True},
-            "unbiased std with eps outside the square root (the Annotated Transformer's "
-            "LayerNorm)",
+            "unbiased std with eps outside the square root (the Annotated "
+            "Transformer's LayerNorm)",
         ),
         ({"dim": 0}, "normalizing over the batch axis"),
         ({"gain": False}, "forgetting the gain"),
@@ -92,7 +92,7 @@ def test_layer_norm_names(options, name, named) -> None:
     named(lambda: checks.check_layer_norm(lambda *a: _ln(*a, **options)), name)
 
 
-# ---- check_rms_norm --------------------------------------------------------------------
+# ---- check_rms_norm ------------------------------------------------------------------
 
 
 def rms_norm_hf(x, weight, eps):
@@ -153,7 +153,7 @@ def test_rms_norm_names(options, name, named) -> None:
     named(lambda: checks.check_rms_norm(lambda *a: _rms(*a, **options)), name)
 
 
-# ---- check_batch_norm ------------------------------------------------------------------
+# ---- check_batch_norm ----------------------------------------------------------------
 
 
 def batch_norm_in_place(x, running_mean, running_var, weight, bias, momentum, eps):
@@ -228,7 +228,7 @@ def test_batch_norm_wants_three_results() -> None:
         checks.check_batch_norm(lambda x, *a: x)
 
 
-# ---- check_variance --------------------------------------------------------------------
+# ---- check_variance ------------------------------------------------------------------
 
 
 def variance_welford(x, dim):
@@ -269,7 +269,7 @@ def test_variance_names(named) -> None:
     )
 
 
-# ---- check_residual_blocks -------------------------------------------------------------
+# ---- check_residual_blocks -----------------------------------------------------------
 
 
 def pre(x, sublayer, norm):

@@ -11,7 +11,7 @@ import torch
 
 from companion import checks, positional
 
-# ---- check_sinusoidal_encoding --------------------------------------------------------
+# ---- check_sinusoidal_encoding -------------------------------------------------------
 
 
 def encoding_loops(num_positions, dim):
@@ -31,7 +31,7 @@ def encoding_numpy(num_positions, dim):
 
 
 def encoding_distilbert(n, d, /):
-    """Hugging Face's create_sinusoidal_embeddings (DistilBERT, XLM), which fills ``out``."""
+    """Hugging Face's create_sinusoidal_embeddings (DistilBERT, XLM): fills ``out``."""
     from transformers.models.distilbert.modeling_distilbert import (
         create_sinusoidal_embeddings,
     )
@@ -125,7 +125,7 @@ def test_sinusoidal_encoding_reports_crash_and_shape() -> None:
         )
 
 
-# ---- check_wavelengths ----------------------------------------------------------------
+# ---- check_wavelengths ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -165,7 +165,7 @@ def test_wavelengths_names(answer, name, named) -> None:
     named(lambda: checks.check_wavelengths(answer), name)
 
 
-# ---- check_shift_matrix ----------------------------------------------------------------
+# ---- check_shift_matrix --------------------------------------------------------------
 
 
 def shift_loops(k, dim):
@@ -209,7 +209,7 @@ def test_shift_matrix_names(named) -> None:
     named(lambda: checks.check_shift_matrix(pe_k_on_diagonal), "PE(k) on the diagonal")
 
 
-# ---- check_dot_product_curve -----------------------------------------------------------
+# ---- check_dot_product_curve ---------------------------------------------------------
 
 
 def dot_from_rows(offsets, dim):
@@ -261,7 +261,7 @@ def test_dot_product_curve_names(answer, name, named) -> None:
     named(lambda: checks.check_dot_product_curve(answer), name)
 
 
-# ---- check_shift_recurrence ------------------------------------------------------------
+# ---- check_shift_recurrence ----------------------------------------------------------
 
 
 def _recurrence(pe_pos, pe_k, variant="right"):
@@ -306,7 +306,7 @@ def test_shift_recurrence_names(named) -> None:
     )
 
 
-# ---- check_normalized_positions --------------------------------------------------------
+# ---- check_normalized_positions ------------------------------------------------------
 
 
 @pytest.mark.parametrize(

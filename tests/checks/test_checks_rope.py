@@ -16,7 +16,7 @@ from transformers.models.llama.modeling_llama import (
 
 from companion import checks, rope
 
-# ---- check_rope_frequencies ------------------------------------------------------------
+# ---- check_rope_frequencies ----------------------------------------------------------
 
 
 def hf_inv_freq(head_dim, base):
@@ -53,7 +53,7 @@ def test_rope_frequencies_names(named) -> None:
     )
 
 
-# ---- check_apply_rope ------------------------------------------------------------------
+# ---- check_apply_rope ----------------------------------------------------------------
 
 
 def _cos_sin64(positions, dim, base, exponent=2.0):
@@ -184,7 +184,7 @@ def test_apply_rope_accepts_hugging_faces_production_code() -> None:
     assert checks.check_apply_rope(rope_half_hf_float32, layout="half")
 
 
-# ---- check_rope_attention --------------------------------------------------------------
+# ---- check_rope_attention ------------------------------------------------------------
 
 
 def _rope_attention(rotate_v=False, rotate_qk=True):
@@ -227,7 +227,7 @@ def test_rope_attention_names(named) -> None:
     )
 
 
-# ---- check_rope_weight_permutation -----------------------------------------------------
+# ---- check_rope_weight_permutation ---------------------------------------------------
 
 
 def permute_hf(w, n_heads, /):
@@ -285,7 +285,7 @@ def test_rope_weight_permutation_names(named) -> None:
     )
 
 
-# ---- check_rope_cos_sin ----------------------------------------------------------------
+# ---- check_rope_cos_sin --------------------------------------------------------------
 
 
 def cos_sin_numpy(positions, head_dim, base):
