@@ -1,7 +1,8 @@
 # Two commands do everything on a fresh machine:
 #   make book   create .venv from requirements.txt, execute every chapter, build the HTML book
 #   make test   the same set-up, then every check (lint, notebooks stripped, unit tests,
-#               notebooks under nbmake, the book with warnings as errors, the browser check)
+#               notebooks under nbmake, the book with warnings as errors, the whole-book PDF,
+#               the browser check)
 # and one more for the measurements:
 #   make bench  run every benchmark in benchmarks/ (never part of the tests)
 
@@ -20,12 +21,13 @@ CACHE_INPUTS = $(sort $(wildcard companion/*.py)) requirements.txt
 CACHE_KEY    := _build/.companion-key
 NOTEBOOKS     = $(sort $(wildcard book/*.ipynb))
 
-.PHONY: help venv book book-strict test lint strip-check unit notebooks browser bench clean lab
+.PHONY: help venv book book-strict test lint strip-check unit notebooks browser pdf pdf-check bench clean lab
 
 help:
 	@echo "make book   - set up .venv and build the HTML book (every chapter executed)"
 	@echo "make test   - set up .venv and run every check"
 	@echo "make bench  - run the benchmarks in benchmarks/ (writes benchmarks/results/)"
+	@echo "make pdf    - print the whole book to _build/pdf/book.pdf (after make book)"
 	@echo "make lab    - set up .venv and open JupyterLab on the chapters"
 	@echo "make clean  - remove _build (keeps .venv)"
 
@@ -68,6 +70,11 @@ book: venv
 book-strict: venv
 	$(call build_book,--all -n -W --keep-going)
 
+# The whole book as one PDF: the single-page build (same execution cache) printed by headless
+# Chromium once MathJax has typeset every formula; solutions unfolded, no buttons.
+pdf: book
+	$(PY) scripts/build_pdf.py
+
 # --- checks ---------------------------------------------------------------------------------
 lint: venv
 	$(BIN)/ruff check .
@@ -83,7 +90,10 @@ notebooks: venv
 	$(BIN)/pytest --nbmake --nbmake-timeout=300 -q $(NOTEBOOKS)
 
 browser: venv
-	$(BIN)/pytest tests/browser -q --browser
+	$(BIN)/pytest tests/browser -q --browser --ignore=tests/browser/test_pdf.py
+
+pdf-check: pdf
+	$(BIN)/pytest tests/browser/test_pdf.py -q --browser
 
 test: venv
 	@$(PY) scripts/stages.py \
@@ -92,6 +102,7 @@ test: venv
 		"unit tests=$(MAKE) --no-print-directory unit" \
 		"notebooks (nbmake)=$(MAKE) --no-print-directory notebooks" \
 		"book (-n -W)=$(MAKE) --no-print-directory book-strict" \
+		"pdf=$(MAKE) --no-print-directory pdf-check" \
 		"browser=$(MAKE) --no-print-directory browser"
 
 # --- measurements ---------------------------------------------------------------------------

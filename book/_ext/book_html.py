@@ -9,6 +9,8 @@
 - Registers the pybtex style ``authoryear``: the bibliography is labelled "Vaswani et al.,
   2017", like the author-year citations in the text, and sorted by author and year; arXiv
   identifiers (``eprint``) and DOIs are links (pybtex's plain style).
+- Lets the single-page build (``--builder singlehtml``, printed to the PDF by
+  ``scripts/build_pdf.py``) render every node the HTML build renders.
 - Gives the proof index readable entries: "Theorem: Shift theorem" under the chapter's title,
   instead of raw labels (``thm-sinusoidal-shift (book/01_sinusoidal_encoding)``).
 """
@@ -51,6 +53,22 @@ def _drop_thebe(
 def _add_static_path(app: Sphinx) -> None:
     if str(STATIC) not in app.config.html_static_path:
         app.config.html_static_path.append(str(STATIC))
+
+
+# ---- the single-page build (for the PDF) ------------------------------------------------
+
+
+def _singlehtml_knows_html_nodes(app: Sphinx) -> None:
+    """Sphinx looks up node visitors by builder name and falls back to the format ("html")
+    only when no extension registered any for "singlehtml"; one does, so myst-nb's
+    HideCodeCellNode (registered for "html") was unknown there. Give "singlehtml" every HTML
+    visitor it lacks."""
+    if app.builder.name != "singlehtml":
+        return
+    handlers = app.registry.translation_handlers
+    single = handlers.setdefault("singlehtml", {})
+    for node, visitors in handlers.get("html", {}).items():
+        single.setdefault(node, visitors)
 
 
 # ---- bibliography: author-year labels ----------------------------------------------------
@@ -136,6 +154,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     _register_authoryear_style()
     _patch_proof_index()
     app.connect("builder-inited", _add_static_path)
+    app.connect("builder-inited", _singlehtml_knows_html_nodes)
     app.connect("doctree-read", _record_proof_titles)
     app.connect("html-page-context", _drop_thebe, priority=900)
     app.add_css_file("book.css", priority=900)
