@@ -43,7 +43,7 @@ Writing a checker for a new chapter (say ``decoder.py`` for chapter 08):
 1. Create ``companion/checks/decoder.py``; import the chapter's module at the top
    (``from companion import decoder``) and the core
    (``from companion.checks._core import Case, Mistake, checker``).
-2. Write the checker as a generator decorated with :func:`checker`. Its positional
+2. Write the checker as a generator decorated with ``checker``. Its positional
    parameters are the learner's functions (validated as callables); for each case, build
    small seeded inputs in the order the exercise states, the reference answer, and the
    outputs of the known wrong variants, and ``yield Case(prop, inputs, expected,
@@ -61,7 +61,7 @@ Writing a checker for a new chapter (say ``decoder.py`` for chapter 08):
    Tolerances, an exact dtype (``check_dtype``), an integer dtype (``integer``), a tuple
    answer (``parts=("y", "cache")``, mistakes with ``None`` for the parts they leave
    right) and a mistake recognized by the size of its error (``Mistake(..., atol=...)``)
-   are options of :class:`Case` and :class:`Mistake`.
+   are options of ``Case`` and ``Mistake``.
 3. Add the module's checkers to the imports and ``__all__`` below, and test them in
    ``tests/checks/test_checks_decoder.py`` both ways: correct answers written in several
    styles pass, and each named mistake is named.

@@ -346,7 +346,8 @@ def _raised_by_library(exc: BaseException) -> bool:
         return False
     filename = tb.tb_frame.f_code.co_filename
     return any(
-        p in filename for p in ("site-packages", "dist-packages", os.sep + "torch")
+        p in filename
+        for p in ("site-packages", "dist-packages", f"{os.sep}torch{os.sep}")
     )
 
 

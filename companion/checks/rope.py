@@ -109,7 +109,7 @@ def check_apply_rope(
         apply_rope: a function ``apply_rope(x, positions, base) -> Tensor`` with ``x``
             of shape ``(..., L, D)`` and integer ``positions`` of shape ``(L,)``.
         layout: the pairing the learner's function declares, one of
-            :data:`companion.rope.LAYOUTS`.
+            ``companion.rope.LAYOUTS``.
 
     Returns:
         ``True`` when every case passes; ``False`` for the exercise's stub.
