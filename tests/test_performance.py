@@ -659,3 +659,26 @@ def test_memory_traffic_explains_the_rope_formulas() -> None:
     # interleaved: the complex table (2 tables -> 2 tables), one complex multiply
     inter = memory_traffic(lambda: apply_rope(x, cos, sin, layout="interleaved"))
     assert inter.total == 2 * xb + 6 * table
+
+
+# ---- one memory meter for traffic and peak memory ------------------------------------
+
+
+def test_one_watch_counts_traffic_and_peak_memory_at_once() -> None:
+    """memory_traffic and attention.measure_peak_memory share one dispatch mode: watching
+    both at once gives each one's own count."""
+    from companion.attention import measure_peak_memory, scaled_dot_product_attention
+    from companion.performance import _TensorWatch
+
+    q = torch.randn(2, 16, 8)
+
+    def fn():
+        return scaled_dot_product_attention(q, q, q)
+
+    both = _TensorWatch(traffic=True, live=True)
+    with both:
+        fn()
+    assert both.ops == memory_traffic(fn).ops
+    assert both.peak == measure_peak_memory(fn, device="cpu") > tensor_bytes(q)
+    scores = 2 * 16 * 16 * 4  # the (B, L, S) float32 matrix must have been live
+    assert both.peak >= scores
