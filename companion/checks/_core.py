@@ -472,6 +472,16 @@ def run_case(check: str, fn: Callable[..., object], case: Case) -> None:
         expect_close(got[k], expected, prop=prop, mistakes=mistakes, **options)
 
 
+_RETURNS = """
+    Returns:
+        ``True`` when every case passes; ``False``, after printing "not attempted yet",
+        for the exercise's stub.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+
+
 def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., bool]:
     """Make a checker from ``body``, a generator of :class:`Case` objects.
 
@@ -489,6 +499,8 @@ def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., bool]:
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
     check = body.__name__
+    if body.__doc__ and "Returns:" not in body.__doc__:
+        body.__doc__ = body.__doc__.rstrip() + "\n" + _RETURNS
 
     @functools.wraps(body)
     def run(*args: object, **kwargs: object) -> bool:

@@ -52,12 +52,6 @@ def check_attention(attention: Callable[..., torch.Tensor]) -> Iterator[Case]:
     Args:
         attention: a function ``attention(query, key, value) -> Tensor`` for
             ``(..., L, D)``, ``(..., S, D)``, ``(..., S, Dv)`` inputs.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(0)
     cases = [
@@ -96,12 +90,6 @@ def check_masked_attention(attention: Callable[..., torch.Tensor]) -> Iterator[C
 
     Args:
         attention: a function ``attention(query, key, value, mask) -> Tensor``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(1)
     padding = torch.tensor([[True, True, True, False, False]]).unsqueeze(1)  # (1, 1, S)
@@ -153,12 +141,6 @@ def check_causal_mask(causal_mask: Callable[..., torch.Tensor]) -> Iterator[Case
 
     Args:
         causal_mask: a function ``causal_mask(query_length, key_length) -> Tensor``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     cases = [
         ("query i attends to keys j <= i, itself included", 5, 5),
@@ -216,12 +198,6 @@ def check_split_heads(split_heads: Callable[..., torch.Tensor]) -> Iterator[Case
 
     Args:
         split_heads: a function ``split_heads(x, num_heads) -> Tensor``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(2)
     for batch, length, width, heads in ((2, 5, 12, 3), (1, 4, 8, 4)):
@@ -272,12 +248,6 @@ def check_tiled_attention(
 
     Args:
         tiled_attention: a function ``tiled_attention(query, key, value, block_size)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(3)
     cases = [

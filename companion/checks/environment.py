@@ -23,13 +23,6 @@ def check_softmax(softmax: Callable[..., torch.Tensor]) -> Iterator[Case]:
 
     Args:
         softmax: a function ``softmax(x, dim) -> Tensor``, called positionally.
-
-    Returns:
-        ``True`` when every case passes; ``False`` (after printing "not attempted yet")
-        for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(0)
     cases = [

@@ -40,12 +40,6 @@ def check_alibi_slopes(alibi_slopes: Callable[..., object]) -> Iterator[Case]:
 
     Args:
         alibi_slopes: a function ``alibi_slopes(num_heads)`` returning the slopes.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     for num_heads in (8, 12, 6, 24, 1):
         closest = 2 ** (num_heads.bit_length() - 1)
@@ -97,12 +91,6 @@ def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case
 
     Args:
         ntk_aware_base: a function ``ntk_aware_base(base, factor, head_dim)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     for b, s, d in ((10000.0, 4.0, 64), (500000.0, 8.0, 128), (10000.0, 2.0, 16)):
         mistakes = [
@@ -173,12 +161,6 @@ def check_yarn_ramp(yarn_ramp: Callable[..., torch.Tensor]) -> Iterator[Case]:
 
     Args:
         yarn_ramp: the learner's function, arguments as above.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     cases = [
         (128, 10000.0, 4096, 32.0, 1.0),
@@ -248,12 +230,6 @@ def check_llama3_frequencies(
 
     Args:
         llama3_frequencies: the learner's function, arguments as above.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     cases = [
         (128, 500000.0, 8.0, 1.0, 4.0, 8192),

@@ -32,12 +32,6 @@ def check_lag_targets(lag_targets: Callable[..., torch.Tensor]) -> Iterator[Case
 
     Args:
         lag_targets: a function ``(tokens (B, L) long, lag) -> targets (B, L) long``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(0)
     for lag, length in ((2, 10), (1, 5), (3, 7)):
@@ -87,12 +81,6 @@ def check_masked_accuracy(masked_accuracy: Callable[..., object]) -> Iterator[Ca
     Args:
         masked_accuracy: a function ``(logits (B, L, V), targets (B, L)) -> 0-d
             tensor``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(1)
     logits = torch.randn(4, 6, 5, generator=gen)
@@ -128,12 +116,6 @@ def check_absolute_targets(
 
     Args:
         absolute_targets: a function ``(tokens (B, L) long, period) -> (B, L) long``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(2)
     for period, length in ((5, 12), (3, 4)):

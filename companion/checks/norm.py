@@ -62,12 +62,6 @@ def check_layer_norm(layer_norm: Callable[..., torch.Tensor]) -> Iterator[Case]:
 
     Args:
         layer_norm: a function ``layer_norm(x, weight, bias, eps) -> Tensor``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(0)
     cases = [
@@ -136,12 +130,6 @@ def check_rms_norm(rms_norm: Callable[..., torch.Tensor]) -> Iterator[Case]:
 
     Args:
         rms_norm: a function ``rms_norm(x, weight, eps) -> Tensor``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(1)
     cases = [
@@ -205,12 +193,6 @@ def check_batch_norm(batch_norm: Callable[..., object]) -> Iterator[Case]:
 
     Args:
         batch_norm: the learner's function, see above.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(2)
     cases = [
@@ -307,12 +289,6 @@ def check_variance(variance: Callable[..., torch.Tensor]) -> Iterator[Case]:
     Args:
         variance: a function ``variance(x, dim) -> Tensor`` returning the biased
             variance along ``dim`` (dim removed).
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(3)
     cases = [
@@ -363,12 +339,6 @@ def check_residual_blocks(
     Args:
         pre_ln: the learner's Pre-LN block as a function.
         post_ln: the learner's Post-LN block as a function.
-
-    Returns:
-        ``True`` when both pass; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(4)
     d = 6

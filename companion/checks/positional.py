@@ -68,12 +68,6 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]
     Args:
         fn: a function ``fn(num_positions, dim)`` returning a tensor of shape ``(L,
             D)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     cases = [
         (
@@ -133,7 +127,7 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]
             ),
             Mistake(
                 "halves layout instead of interleaved",
-                "[all sines, all cosines] is the tensor2tensor layout; this exercise "
+                "[all sines, all cosines] is the halves layout (Marian); this exercise "
                 "asks for the paper's interleaved one: sin in even columns, cos in odd "
                 "columns.",
                 table(halves=True),
@@ -168,12 +162,6 @@ def check_wavelengths(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
 
     Args:
         fn: a function ``fn(dim)`` returning a tensor of shape ``(D // 2,)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     for dim in (4, 16, 512):
         omega = _frequencies(dim)
@@ -217,12 +205,6 @@ def check_shift_matrix(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
 
     Args:
         fn: a function ``fn(k, dim)`` returning a tensor of shape ``(D, D)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     for k, dim in ((1, 4), (7, 8), (-3, 6), (2.5, 8)):
         reference = positional.shift_matrix(k, dim)
@@ -273,12 +255,6 @@ def check_dot_product_curve(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
     Args:
         fn: a function ``fn(offsets, dim)`` with ``offsets`` a float64 tensor, returning
             a tensor of the same shape.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     for offsets, dim in (
         (torch.arange(0.0, 6.0, dtype=torch.float64), 8),
@@ -334,12 +310,6 @@ def check_shift_recurrence(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
     Args:
         fn: a function ``fn(pe_pos, pe_k)`` with ``pe_pos`` of shape ``(N, D)`` and
             ``pe_k`` of shape ``(D,)``, returning a tensor of shape ``(N, D)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     for k, dim in ((5, 8), (13, 16)):
         table = positional.sinusoidal_encoding(40, dim, dtype=torch.float64)
@@ -382,12 +352,6 @@ def check_normalized_positions(fn: Callable[..., torch.Tensor]) -> Iterator[Case
 
     Args:
         fn: a function ``fn(num_positions)`` returning a float tensor of shape ``(L,)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     for num_positions in (2, 5, 50):
         pos = torch.arange(num_positions, dtype=torch.float64)

@@ -56,12 +56,6 @@ def check_rope_frequencies(
 
     Args:
         rope_frequencies: a function ``rope_frequencies(head_dim, base) -> (D/2,)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     for head_dim, base in [(8, 10000.0), (64, 10000.0), (16, 500000.0)]:
         i = torch.arange(head_dim // 2, dtype=torch.float64)
@@ -110,12 +104,6 @@ def check_apply_rope(
             of shape ``(..., L, D)`` and integer ``positions`` of shape ``(L,)``.
         layout: the pairing the learner's function declares, one of
             ``companion.rope.LAYOUTS``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     layout = _validate.choice("layout", layout, rope.LAYOUTS)
     other = "interleaved" if layout == "half" else "half"
@@ -193,12 +181,6 @@ def check_rope_attention(rope_attention: Callable[..., torch.Tensor]) -> Iterato
     Args:
         rope_attention: a function ``(query, key, value, positions, base) -> Tensor`` on
             ``(B, H, L, D)`` tensors with ``positions`` of shape ``(L,)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(1)
     for positions in (torch.arange(5), torch.arange(5) + 40):
@@ -244,12 +226,6 @@ def check_rope_weight_permutation(
 
     Args:
         convert: a function ``convert(weight, num_heads) -> Tensor`` of the same shape.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(2)
     for num_heads, head_dim, d_model in [(2, 8, 6), (3, 4, 5)]:
@@ -308,12 +284,6 @@ def check_rope_cos_sin(
 
     Args:
         rope_cos_sin: a function ``(positions, head_dim, base) -> (cos, sin)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     cases = [
         ("cos and sin of m * theta_i", torch.arange(6), 8, 10000.0),
