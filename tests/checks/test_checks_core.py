@@ -167,6 +167,16 @@ def test_a_checker_returns_true_when_every_case_passes() -> None:
     assert check_double(lambda x, n: 2 * x) is True
 
 
+def test_an_answer_on_another_device_is_compared_on_the_cpu(device) -> None:
+    assert check_double(lambda x, n: (2 * x).to(device)) is True
+    with pytest.raises(CheckError, match="relative error"):
+        check_double(lambda x, n: (3 * x).to(device))
+
+
+def test_an_answer_that_requires_grad_is_compared_by_value() -> None:
+    assert check_double(lambda x, n: 2 * x.requires_grad_()) is True
+
+
 def test_the_learners_function_is_called_positionally() -> None:
     def other_names(values, _unused, /):
         return values * 2
