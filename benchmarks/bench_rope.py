@@ -20,7 +20,13 @@ medians, CUDA synchronised):
 - ``clone floor``: ``q.clone(), k.clone()``, the memory traffic every out-of-place rotation
   must pay at least.
 
-Goals checked: at (1, 32, 4096, 128) in float32, ``apply_rope`` (half layout, the one HF uses)
+At the small shape (1, 8, 256, 64) two more rows time the whole default recipe, the
+cos/sin table included: ``companion default + cos/sin`` (:func:`companion.rope.rope_cos_sin`
+then ``apply_rope`` on q and k) and ``HF + cos/sin`` (``LlamaRotaryEmbedding`` from position
+ids, then ``apply_rotary_pos_emb``); there per-call overhead, not memory traffic, decides.
+
+Goals checked: on the CPU at (1, 8, 256, 64), the default recipe is no slower than HF's
+(``Default RoPE at (1, 8, 256, 64) on CPU: <= 1.0x HF``). At (1, 32, 4096, 128) in float32, ``apply_rope`` (half layout, the one HF uses)
 is no slower than HF's (eager default) and within 2x of the clone floor (``fused=True``: eager
 PyTorch has no one-pass kernel for the half layout, and its several passes cost at least 2.5
 copies; the report gives the eager ratio next to it).
@@ -39,6 +45,7 @@ from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
 
 SHAPES = [(1, 32, 4096, 128), (1, 8, 256, 64)]  # (B, H, L, D)
 GOAL_SHAPE = (1, 32, 4096, 128)
+SMALL_SHAPE = (1, 8, 256, 64)  # overhead-bound: the default path's per-call cost
 
 
 def meta_apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.Tensor):
@@ -50,6 +57,15 @@ def meta_apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.T
     xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
     xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
     return xq_out.type_as(xq), xk_out.type_as(xk)
+
+
+def hf_rotary_embedding(head_dim: int, device: torch.device):
+    """Hugging Face's LLaMA ``LlamaRotaryEmbedding`` for one head width (built in code)."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    config = LlamaConfig(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim)
+    return LlamaRotaryEmbedding(config).to(device)
 
 
 def bench_shape(shape, device: torch.device, dtype: torch.dtype, args) -> list[dict]:
@@ -77,6 +93,20 @@ def bench_shape(shape, device: torch.device, dtype: torch.dtype, args) -> list[d
         ),
         "Meta complex": lambda: meta_apply_rotary_emb(q_blhd, k_blhd, freqs_cis),
     }
+    if tuple(shape) == SMALL_SHAPE:  # the whole recipe, the cos/sin table included
+        theta, hf_rope = rope_frequencies(head_dim), hf_rotary_embedding(head_dim, device)
+        ids = positions.to(device)[None]  # (1, L) position ids, as HF takes them
+
+        def companion_default():
+            c, s = rope_cos_sin(ids[0], theta, dtype=dtype)  # (L, D/2) on ids' device
+            return apply_rope(q, c, s), apply_rope(k, c, s)
+
+        def hf_default():
+            c, s = hf_rope(q, ids)  # (1, L, D), float32 angles
+            return apply_rotary_pos_emb(q, k, c, s)
+
+        cases["companion default + cos/sin"] = companion_default
+        cases["HF + cos/sin"] = hf_default
     try:  # compiles here, outside the timings; fails where torch.compile has no toolchain
         apply_rope(q, cos, sin, fused=True)
         cases["companion half (fused)"] = lambda: (
@@ -134,6 +164,18 @@ def main() -> None:
         },
         rows,
     )
+    small = {r["implementation"]: r for r in rows if r["shape"] == str(SMALL_SHAPE)}
+    if device.type == "cpu":
+        whole = small["companion default + cos/sin"]["median_ms"] / small["HF + cos/sin"][
+            "median_ms"
+        ]
+        report.goal(
+            f"Default RoPE at {SMALL_SHAPE} on CPU: <= 1.0x HF",
+            whole <= 1.0,
+            f"companion / HF = {whole:.2f} with each one's cos/sin table built in the call, "
+            f"{small['companion half']['ratio_to_hf']:.2f} with the tables given; "
+            f"{torch.get_num_threads()} threads",
+        )
     goal = {r["implementation"]: r for r in rows if r["shape"] == str(GOAL_SHAPE)}
     half = goal["companion half"]
     report.goal(
