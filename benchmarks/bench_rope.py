@@ -64,7 +64,9 @@ def hf_rotary_embedding(head_dim: int, device: torch.device):
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    config = LlamaConfig(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim)
+    config = LlamaConfig(
+        hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim
+    )
     return LlamaRotaryEmbedding(config).to(device)
 
 
@@ -94,7 +96,8 @@ def bench_shape(shape, device: torch.device, dtype: torch.dtype, args) -> list[d
         "Meta complex": lambda: meta_apply_rotary_emb(q_blhd, k_blhd, freqs_cis),
     }
     if tuple(shape) == SMALL_SHAPE:  # the whole recipe, the cos/sin table included
-        theta, hf_rope = rope_frequencies(head_dim), hf_rotary_embedding(head_dim, device)
+        theta = rope_frequencies(head_dim)
+        hf_rope = hf_rotary_embedding(head_dim, device)
         ids = positions.to(device)[None]  # (1, L) position ids, as HF takes them
 
         def companion_default():
@@ -166,9 +169,10 @@ def main() -> None:
     )
     small = {r["implementation"]: r for r in rows if r["shape"] == str(SMALL_SHAPE)}
     if device.type == "cpu":
-        whole = small["companion default + cos/sin"]["median_ms"] / small["HF + cos/sin"][
-            "median_ms"
-        ]
+        whole = (
+            small["companion default + cos/sin"]["median_ms"]
+            / small["HF + cos/sin"]["median_ms"]
+        )
         report.goal(
             f"Default RoPE at {SMALL_SHAPE} on CPU: <= 1.0x HF",
             whole <= 1.0,
