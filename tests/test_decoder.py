@@ -309,6 +309,21 @@ def test_non_power_of_two_alibi_uses_the_interleaved_slopes() -> None:
     assert from_hf(hf).spec.num_heads == 6
 
 
+@pytest.mark.parametrize("name", ["llama-gqa", "gpt2", "neox", "bloom", "llama-yarn"])
+def test_bfloat16_copy_is_as_close_to_hugging_face_as_its_rounding(name: str) -> None:
+    # in bfloat16 the two implementations round differently; the copy keeps the dtype and
+    # stays within twice the distance between Hugging Face's bfloat16 and float32 logits
+    hf = build(name).to(torch.bfloat16)
+    ids = tokens(2, 24)
+    with torch.no_grad():
+        expected = hf(ids).logits.float()
+        got = from_hf(hf)(ids)
+        exact = from_hf(build(name))(ids)
+    assert got.dtype == torch.bfloat16
+    rounding = (expected - exact).abs().max()
+    assert (got.float() - expected).abs().max() <= 2 * rounding
+
+
 # ---- the KV cache ------------------------------------------------------------------------
 
 
