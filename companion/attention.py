@@ -280,8 +280,10 @@ def _inputs(
     scale: object,
 ) -> tuple[tuple[int, ...], torch.Tensor | None, float]:
     """The attention functions' arguments, validated: the broadcast batch shape, the
-    mask and the scale."""
-    batch = _validate.attention_inputs(query, key, value)
+    mask and the scale. ``value`` is :data:`Ellipsis` where the function takes none."""
+    if value is None:
+        _validate.tensor("value", value)  # raises: a value is needed here
+    batch = _validate.attention_inputs(query, key, None if value is ... else value)
     is_causal = _validate.flag("is_causal", is_causal)
     scale = _scale(scale, query)
     if mask is not None:
@@ -360,7 +362,7 @@ def attention_weights(
         key: ``(..., S, D)``.
         output: ``(..., L, S)``.
     """
-    _, mask, scale = _inputs(query, key, None, mask, is_causal, scale)
+    _, mask, scale = _inputs(query, key, ..., mask, is_causal, scale)
     return _weights(query, key, mask, is_causal, scale).to(query.dtype)
 
 

@@ -486,6 +486,8 @@ def rope_table(
     positions = _validate.tensor(
         "positions", positions, dtype=("integer", "floating"), ndim=1
     )
+    if positions.is_floating_point() and not torch.isfinite(positions).all():
+        raise ValueError("positions must be finite, got NaN or inf")
     head_dim = _validate.positive_int("head_dim", head_dim, even=True)
     base = _validate.real("base", base, exclusive_minimum=1.0)
     recipe = _validate.choice("recipe", recipe, ROPE_RECIPES)

@@ -521,6 +521,7 @@ BAD_INPUTS = [
         ValueError,
         "query, key and value must broadcast",
     ),
+    (SDPA, _sdpa(value=None), TypeError, "value must be a torch.Tensor, got None"),
     # head dim 0: the default scale 1/sqrt(D) does not exist
     (
         SDPA,
@@ -757,6 +758,12 @@ BAD_INPUTS = [
         lambda: tiled_attention(_q, _k, _v, block_size=2.0),
         TypeError,
         "block",
+    ),
+    (
+        "tiled_attention",
+        lambda: tiled_attention(_q, _k, None, block_size=2),
+        TypeError,
+        "value must be a torch.Tensor, got None",
     ),
     (
         "tiled_attention",

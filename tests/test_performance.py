@@ -377,6 +377,12 @@ BAD_INPUTS = [
     ),
     (
         "rope_table",
+        lambda: rope_table(torch.tensor([0.0, math.inf]), 8),
+        ValueError,
+        "positions must be finite, got NaN or inf",
+    ),
+    (
+        "rope_table",
         lambda: rope_table(torch.arange(3), 7),
         ValueError,
         "head_dim must be an even int, got 7",
@@ -665,8 +671,8 @@ def test_memory_traffic_explains_the_rope_formulas() -> None:
 
 
 def test_one_watch_counts_traffic_and_peak_memory_at_once() -> None:
-    """memory_traffic and attention.measure_peak_memory share one dispatch mode: watching
-    both at once gives each one's own count."""
+    """memory_traffic and attention.measure_peak_memory share one dispatch mode:
+    watching both at once gives each one's own count."""
     from companion.attention import measure_peak_memory, scaled_dot_product_attention
     from companion.performance import _TensorWatch
 
