@@ -7,6 +7,15 @@ no request to any host but 127.0.0.1, every formula typeset by the book's own Ma
 image loaded with a non-zero size, and the solution dropdowns opening on click. A screenshot of
 each page goes to ``_build/screenshots/``.
 
+On a phone (390x844) and a tablet (768x1024), every page: is no wider than the screen (long
+code and formulas scroll or wrap inside their own box), its menu button opens the table of
+contents with a link to every chapter, and its page-contents button opens the list of the
+page's sections. On a desktop, every figure of a chapter is sharp (SVG, or a bitmap at least
+1.5 times its displayed width) and has a caption and alt text that describes it (not a file
+name). Search excerpts and titles show no raw TeX and no interface text.
+
+``BOOK_HTML`` points the tests at another built folder (default ``_build/html``).
+
 Run with ``pytest tests/browser --browser`` (``make browser``). Without Chromium the tests skip
 with a message, except under CI (``CI`` set), where a missing browser is a failure.
 """
@@ -16,6 +25,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -25,7 +35,9 @@ from urllib.parse import urlparse
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HTML = ROOT / "_build" / "html"
+HTML = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html")).resolve()
+TOC = ROOT / "_toc.yml"
+SCREENS = {"phone": (390, 844), "tablet": (768, 1024)}
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 CHROMIUM_ARGS = [
@@ -103,9 +115,11 @@ def browser() -> Iterator[object]:
 class PageVisit:
     """One page opened in a fresh browser context, with everything it asked for recorded."""
 
-    def __init__(self, browser: object, url: str) -> None:
-        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+    def __init__(self, browser: object, url: str, viewport: tuple[int, int] = (1280, 900)) -> None:
+        self.context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         self.page = self.context.new_page()
+        # generous: a shared CI machine can take long to typeset a page of formulas
+        self.page.set_default_timeout(120_000)
         self.console_errors: list[str] = []
         self.failed: list[str] = []
         self.foreign: list[str] = []
@@ -257,3 +271,221 @@ def test_book_reads_from_disk_without_a_server(browser: object) -> None:
         assert not foreign, f"a page opened from disk asked the network for: {foreign}"
     finally:
         context.close()
+
+
+# ---- Phones and tablets ------------------------------------------------------------------
+
+
+def _chapter_pages() -> list[str]:
+    """The built page of every entry of _toc.yml (root and chapters), relative to HTML
+    (an entry without a page is the strict build's failure, not this test's)."""
+    import yaml
+
+    toc = yaml.safe_load(TOC.read_text(encoding="utf-8"))
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [chapter["file"] for chapter in part.get("chapters", [])]
+    return [f"{name}.html" for name in files if (HTML / f"{name}.html").is_file()]
+
+
+def _overflow(page: object) -> dict[str, object]:
+    """How far the page is wider than the screen, and the widest culprits."""
+    return page.evaluate(
+        """() => {
+            const width = document.documentElement.clientWidth;
+            const culprits = [];
+            for (const el of document.querySelectorAll('body *')) {
+                const box = el.getBoundingClientRect();
+                if (box.width > 0 && box.right > width + 1) {
+                    let clipped = false;
+                    for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+                        const o = getComputedStyle(a).overflowX;
+                        if (o !== 'visible' && a.getBoundingClientRect().right <= width + 1) {
+                            clipped = true;
+                            break;
+                        }
+                    }
+                    if (!clipped) culprits.push(`${el.tagName.toLowerCase()}.${el.className}`);
+                }
+            }
+            return {
+                scroll: document.documentElement.scrollWidth,
+                width: width,
+                culprits: culprits.slice(0, 5),
+            };
+        }"""
+    )
+
+
+def _visible_links(page: object, selector: str) -> list[str]:
+    """Absolute hrefs of the links under ``selector`` that a reader can see: displayed,
+    not transparent, and inside the screen."""
+    return page.evaluate(
+        """(selector) => {
+            const width = document.documentElement.clientWidth;
+            const seen = [];
+            for (const a of document.querySelectorAll(selector)) {
+                const box = a.getBoundingClientRect();
+                const style = getComputedStyle(a);
+                if (box.width > 0 && box.height > 0 && box.left >= 0 && box.right <= width + 1
+                    && style.visibility !== 'hidden' && Number(style.opacity) > 0) {
+                    seen.push(a.href);
+                }
+            }
+            return seen;
+        }""",
+        selector,
+    )
+
+
+SCREEN_CASES = [
+    pytest.param(page, screen, id=f"{screen}-{page.relative_to(HTML).as_posix()}")
+    for screen in SCREENS
+    for page in PAGES
+]
+
+
+@pytest.mark.parametrize(("page_path", "screen"), SCREEN_CASES)
+def test_small_screens_fit_and_navigate(
+    server: str, browser: object, page_path: Path, screen: str
+) -> None:
+    rel = page_path.relative_to(HTML).as_posix()
+    visit = PageVisit(browser, f"{server}/{rel}", viewport=SCREENS[screen])
+    page = visit.page
+    try:
+        _typeset(page)  # formulas at their final width before measuring
+        wide = _overflow(page)
+        assert wide["scroll"] <= wide["width"], (
+            f"{rel} at {screen} width: the page is {wide['scroll']} px wide on a "
+            f"{wide['width']} px screen; too wide: {wide['culprits']}"
+        )
+
+        # The menu button opens the table of contents with every chapter in it.
+        menu = page.locator("button.primary-toggle:visible")
+        assert menu.count() == 1, f"{rel} at {screen}: {menu.count()} visible menu buttons"
+        menu.first.click()
+        page.wait_for_timeout(400)  # the drawer slides in
+        links = _visible_links(page, ".bd-sidebar-primary a")
+        missing = [
+            chapter
+            for chapter in _chapter_pages()
+            if chapter != "book/intro.html"
+            and not any(h.split("#")[0].endswith(chapter) for h in links)
+        ]
+        assert not missing, f"{rel} at {screen}: the menu shows no link to {missing}"
+        page.keyboard.press("Escape")
+        page.reload(wait_until="load")
+
+        # The page-contents button opens the page's sections.
+        sections = page.evaluate(
+            """() => Array.from(document.querySelectorAll('article section > h2'))
+                .map((h) => h.parentElement.id).filter((id) => id)"""
+        )
+        contents = page.locator("button.secondary-toggle:visible")
+        if not sections:
+            return  # a page without sections (search, index) has nothing to list
+        assert contents.count() == 1, f"{rel} at {screen}: no page-contents button"
+        contents.first.click()
+        page.wait_for_timeout(400)
+        shown = {
+            h.split("#", 1)[1] for h in _visible_links(page, ".bd-sidebar-secondary a") if "#" in h
+        }
+        absent = [s for s in sections if s not in shown]
+        assert not absent, f"{rel} at {screen}: page contents lack sections {absent}"
+    finally:
+        visit.close()
+
+
+# ---- Figures on a desktop ----------------------------------------------------------------
+
+FILE_NAME = re.compile(r"(^|/)[\w.-]+\.(svg|png|jpe?g|gif)$|_images/", re.IGNORECASE)
+
+
+def test_figures_are_sharp_captioned_and_described(server: str, browser: object) -> None:
+    problems: list[str] = []
+    figures = 0
+    for page_path in PAGES:
+        rel = page_path.relative_to(HTML).as_posix()
+        if "cell_output" not in page_path.read_text(encoding="utf-8"):
+            continue
+        visit = PageVisit(browser, f"{server}/{rel}")
+        try:
+            _broken_images(visit.page)  # waits for every image
+            found = visit.page.evaluate(
+                """() => Array.from(document.querySelectorAll(
+                        'article .cell_output img, article figure img')).map((img) => {
+                    const figure = img.closest('figure');
+                    const caption = figure && figure.querySelector('figcaption');
+                    return {
+                        src: img.getAttribute('src'),
+                        alt: (img.getAttribute('alt') || '').trim(),
+                        natural: img.naturalWidth,
+                        shown: img.getBoundingClientRect().width,
+                        caption: caption ? caption.textContent.trim() : '',
+                    };
+                })"""
+            )
+        finally:
+            visit.close()
+        for fig in found:
+            figures += 1
+            name = f"{rel}: {fig['src'].rsplit('/', 1)[-1][:16]}"
+            svg = fig["src"].lower().endswith(".svg")
+            if not svg and fig["natural"] < 1.5 * fig["shown"]:
+                problems.append(
+                    f"{name} is a {fig['natural']} px bitmap shown {fig['shown']:.0f} px wide"
+                )
+            if len(fig["alt"]) < 10 or FILE_NAME.search(fig["alt"]):
+                problems.append(f"{name} alt text {fig['alt'][:40]!r} does not describe it")
+            if not fig["caption"]:
+                problems.append(f"{name} has no caption")
+    assert figures, "no figure in the book: nothing checked"
+    assert not problems, f"{len(problems)} problems in {figures} figures:\n" + "\n".join(problems)
+
+
+# ---- Search, bibliography, proof index ---------------------------------------------------
+
+RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\$\$|\\(frac|sqrt|mathrm|times|theta|top)\b")
+
+
+def test_search_results_read_without_raw_tex_or_interface(server: str, browser: object) -> None:
+    visit = PageVisit(browser, f"{server}/search.html?q=rotation")
+    try:
+        page = visit.page
+        page.wait_for_selector("#search-results li p.context", timeout=60_000)
+        page.wait_for_function(
+            "() => document.querySelector('#search-results .search-summary, "
+            "#search-results p')?.textContent.includes('found')",
+            timeout=60_000,
+        )
+        results = page.locator("#search-results li")
+        text = "\n".join(results.all_inner_texts())
+        assert results.count() >= 3, f"only {results.count()} results for 'rotation'"
+        assert not RAW_TEX.search(text), f"raw TeX in search results: {RAW_TEX.search(text)}"
+        assert "Repository" not in text, "the header's 'Repository' button in an excerpt"
+    finally:
+        visit.close()
+
+
+def test_bibliography_is_author_year_with_links() -> None:
+    page = HTML / "book" / "bibliography.html"
+    if not page.is_file():
+        _skip_or_fail("no built bibliography page")
+    html = page.read_text(encoding="utf-8")
+    labels = re.findall(r'<span class="label"><span class="fn-bracket">\[</span>([^<]*)<', html)
+    assert labels, "no labelled entry in the bibliography"
+    numbered = [label for label in labels if not re.search(r"[A-Za-z].*, \d{4}[a-z]?$", label)]
+    assert not numbered, f"bibliography labels that are not author-year: {numbered[:5]}"
+    arxiv = re.findall(r'href="https://arxiv\.org/abs/[0-9.]+"', html)
+    assert len(arxiv) >= 10, f"only {len(arxiv)} arXiv links in the bibliography"
+    assert "arXiv:" not in re.sub(r"<a [^>]*>arXiv:[0-9.]+</a>", "", html), "an unlinked arXiv id"
+
+
+def test_proof_index_shows_titles_not_labels() -> None:
+    pages = sorted(HTML.glob("prf-*.html"))
+    if not pages:
+        pytest.skip("no proof index in this build")
+    html = pages[0].read_text(encoding="utf-8")
+    body = re.sub(r"<[^>]+>", " ", html.split("<article", 1)[-1].split("</article>", 1)[0])
+    assert "Theorem:" in body, "the proof index names no theorem"
+    assert not re.search(r"\b(thm|prf|lem)-[a-z0-9-]+", body), "a raw label in the proof index"
