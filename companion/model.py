@@ -24,6 +24,7 @@ together.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -434,9 +435,17 @@ def _schedule(
     return steps, lr, warmup_steps
 
 
-def _rate(lr: float, warmup_steps: int, step: int) -> float:
-    """Linear warm-up over ``warmup_steps`` steps, then constant."""
-    return lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps else lr
+SCHEDULES = ("constant", "cosine")
+
+
+def _rate(lr: float, warmup_steps: int, step: int, steps: int, schedule: str) -> float:
+    """Linear warm-up over ``warmup_steps``, then constant or a cosine decay to zero."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    if schedule == "constant":
+        return lr
+    progress = (step - warmup_steps) / max(1, steps - warmup_steps)  # 0 .. 1
+    return lr * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def train(
@@ -448,12 +457,14 @@ def train(
     lag: int,
     lr: float = 3e-3,
     warmup_steps: int = 0,
+    schedule: str = "constant",
     seed: int = 0,
 ) -> TrainingRun:
     """Train ``model`` on :func:`lag_task` with AdamW and a cross-entropy loss.
 
     The learning rate rises linearly over ``warmup_steps`` (none by default) and then
-    stays constant, so a comparison with and without warm-up changes one thing only.
+    stays constant (``schedule="constant"``, so a comparison with and without warm-up
+    changes one thing only) or falls to zero along half a cosine (``"cosine"``).
     Batches come from a generator seeded with ``seed``; seed the model's initialization
     yourself (:func:`companion.environment.seed_everything`) before building it.
 
@@ -466,6 +477,7 @@ def train(
         lag: the task's lag.
         lr: peak learning rate.
         warmup_steps: linear warm-up steps (0 for none).
+        schedule: ``"constant"`` or ``"cosine"`` after the warm-up.
         seed: seed of the batch generator, a non-negative int.
 
     Returns:
@@ -473,6 +485,7 @@ def train(
     """
     config = _trainable("model", model)
     steps, lr, warmup_steps = _schedule(steps, lr, warmup_steps, seed)
+    schedule = _validate.choice("schedule", schedule, SCHEDULES)
     _task_sizes(batch_size, length, lag, config.vocab_size)
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
@@ -480,7 +493,7 @@ def train(
     run = TrainingRun()
     model.train()
     for step in range(steps):
-        rate = _rate(lr, warmup_steps, step)
+        rate = _rate(lr, warmup_steps, step, steps, schedule)
         for group in optimizer.param_groups:
             group["lr"] = rate
         tokens, targets = lag_task(
@@ -523,6 +536,7 @@ def train_batched(
     lag: int,
     lr: float = 3e-3,
     warmup_steps: int = 0,
+    schedule: str = "constant",
     progress: bool = False,
 ) -> list[TrainingRun]:
     """Train several models of one configuration at once, as one batched model.
@@ -549,6 +563,7 @@ def train_batched(
         lag: the task's lag.
         lr: peak learning rate.
         warmup_steps: linear warm-up steps (0 for none).
+        schedule: ``"constant"`` or ``"cosine"`` after the warm-up, as :func:`train`.
         progress: print the mean loss ten times during training (for interactive use).
 
     Returns:
@@ -584,6 +599,7 @@ def train_batched(
         _validate.integer(f"seeds[{i}]", s, minimum=0) for i, s in enumerate(seeds)
     ]
     steps, lr, warmup_steps = _schedule(steps, lr, warmup_steps, 0)
+    schedule = _validate.choice("schedule", schedule, SCHEDULES)
     config = models[0].config
     _task_sizes(batch_size, length, lag, config.vocab_size)
     progress = _validate.flag("progress", progress)
@@ -604,7 +620,7 @@ def train_batched(
     runs = [TrainingRun() for _ in models]
     every = max(1, steps // 10)
     for step in range(steps):
-        rate = _rate(lr, warmup_steps, step)
+        rate = _rate(lr, warmup_steps, step, steps, schedule)
         for group in optimizer.param_groups:
             group["lr"] = rate
         batches = [

@@ -4,6 +4,7 @@ and the training loops (one model at a time, and batched with vmap)."""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -263,6 +264,17 @@ def test_warmup_ramps_the_learning_rate_linearly() -> None:
         tiny(), steps=6, batch_size=2, length=6, lag=1, lr=1e-3, warmup_steps=4
     )
     assert run.learning_rates == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+
+
+def test_cosine_schedule_warms_up_then_falls_to_zero_along_half_a_cosine() -> None:
+    run = M.train(
+        tiny(), steps=6, batch_size=2, length=6, lag=1, lr=1e-3, warmup_steps=2,
+        schedule="cosine",
+    )  # fmt: skip
+    expected = [5e-4, 1e-3] + [
+        1e-3 * 0.5 * (1 + math.cos(math.pi * k / 4)) for k in range(4)
+    ]
+    assert run.learning_rates == pytest.approx(expected)
 
 
 def _plain_loop(
@@ -639,6 +651,12 @@ BAD_INPUTS = [
         lambda: M.train(tiny(), **_TRAIN, lr=0),
         ValueError,
         r"lr must be a real number > 0, got 0",
+    ),
+    (
+        "train",
+        lambda: M.train(tiny(), **_TRAIN, schedule="linear"),
+        ValueError,
+        r"schedule must be one of 'constant', 'cosine', got 'linear'",
     ),
     (
         "train",
