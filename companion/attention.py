@@ -755,10 +755,10 @@ def measure_peak_memory(fn: Callable[[], object], *, device: torch.device | str)
     On CUDA: :func:`torch.cuda.max_memory_allocated` after
     :func:`torch.cuda.reset_peak_memory_stats`, minus what was allocated before.
     Elsewhere (the CPU): every tensor that a torch operator creates inside ``fn`` is
-        counted from its
-    creation until it is freed, through a
-    :class:`~torch.utils._python_dispatch.TorchDispatchMode`; the peak of that running
-    total is returned. The count is exact for the tensors a Python implementation
+    counted from its creation until it is freed, by the package's one memory meter (a
+    :class:`~torch.utils._python_dispatch.TorchDispatchMode` in
+    :mod:`companion.performance`, which :func:`~companion.performance.memory_traffic`
+    uses too); the peak of that running total is returned. The count is exact for the tensors a Python implementation
     creates; scratch memory *inside* one fused kernel (such as
     ``F.scaled_dot_product_attention``'s) is not seen, only its outputs. The counting
     slows ``fn`` down: time it separately.
