@@ -4,16 +4,16 @@ r"""Real decoders rebuilt from the book's parts (chapter :ref:`ch-real-models`).
 returns a :class:`Decoder` that computes the same logits with ``companion``'s parts
 only:
 
-==============  =========================  ==========  =================  ==============
-family          positions                  norm        MLP                residual
-==============  =========================  ==========  =================  ==============
-Llama           RoPE (half layout), every  RMSNorm     gated (SwiGLU)     serial
-                scaling type of chapter 3
-GPT-2           learned absolute table     LayerNorm   GELU (tanh)        serial
-GPT-NeoX        RoPE on the first          LayerNorm   GELU               parallel or
-                ``rotary_ndims`` of a head                                serial
-BLOOM           ALiBi                      LayerNorm   GELU (tanh)        serial
-==============  =========================  ==========  =================  ==============
+=========  ============================  =========  ==============  ===========
+family     positions                     norm       MLP             residual
+=========  ============================  =========  ==============  ===========
+Llama      RoPE (half layout), with any  RMSNorm    gated (SwiGLU)  serial
+           scaling type of chapter 3
+GPT-2      learned absolute table        LayerNorm  GELU (tanh)     serial
+GPT-NeoX   RoPE on the first             LayerNorm  GELU            parallel or
+           ``rotary_ndims`` of a head                               serial
+BLOOM      ALiBi                         LayerNorm  GELU (tanh)     serial
+=========  ============================  =========  ==============  ===========
 
 Every block is pre-norm; attention is
 :func:`companion.attention.scaled_dot_product_attention`, with grouped-query and
@@ -57,7 +57,7 @@ from companion.extension import (
 from companion.norm import LayerNorm, RMSNorm
 from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
 
-__all__ = ["Decoder", "from_hf", "generate"]
+__all__ = ["Decoder", "DecoderBlock", "DecoderSpec", "from_hf", "generate"]
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -90,8 +90,13 @@ _ACTIVATIONS = {
 class DecoderSpec:
     """Everything that tells the four families apart, read from a Hugging Face config.
 
-    The chapter prints it side by side for the four families. Not meant to be built by
-    hand: :func:`from_hf` fills it in and checks it.
+    A record: :func:`from_hf` fills it in from ``model.config`` after checking that the
+    copy implements every option; the chapter prints the four families' specs side by
+    side. ``positions`` is ``"rope"``, ``"alibi"`` or ``"learned"``; ``norm`` is
+    ``"rms"`` or ``"layer"``; ``mlp`` is ``"gated"`` (``act(x W_gate) * x W_up``) or
+    ``"plain"``; ``rope`` holds Hugging Face's ``rope_parameters`` (``rope_type``,
+    ``rope_theta``, ``factor``, ...); ``rotary_dim`` is how many leading coordinates of
+    each head RoPE turns; ``scales`` is the score scale of each layer.
     """
 
     family: str
@@ -184,11 +189,25 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, rotary_dim: int) -> Tensor:
 class DecoderBlock(nn.Module):
     """One decoder layer: pre-norm attention and MLP, serial or parallel residual.
 
-    Holds the parameters only; :meth:`forward` is the math of the chapter's open block.
+    Holds the parameters (separate ``q/k/v/o`` projections, the MLP's, two norms);
+    :meth:`forward` is the math of the chapter's block in the open, for every family.
+
+    Args:
+        spec: the architecture.
+        layer: the layer's index, ``0 .. num_layers - 1`` (GPT-2 may scale the scores of
+            layer ``i`` by ``1 / (i + 1)``).
+
+    Shape:
+        x: ``(B, L, E)``; output: ``(B, L, E)`` and the layer's keys and values, each
+        ``(B, Hkv, S, D)`` with ``S`` the cached plus the new tokens.
     """
 
     def __init__(self, spec: DecoderSpec, layer: int) -> None:
         super().__init__()
+        _validate.instance("spec", spec, DecoderSpec, "a DecoderSpec (use from_hf)")
+        layer = _validate.integer(
+            "layer", layer, minimum=0, maximum=spec.num_layers - 1
+        )
         e, h, kv, d = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
         norm = _norm_factory(spec)
         self.norm1 = norm()
@@ -272,10 +291,6 @@ def _norm_factory(spec: DecoderSpec):
     return lambda: LayerNorm(spec.hidden_size, eps=spec.eps)
 
 
-Cache = tuple[tuple[Tensor, Tensor], ...]
-"""A KV cache: per layer, keys (after RoPE) and values, each ``(B, Hkv, S, D)``."""
-
-
 class Decoder(nn.Module):
     """A decoder-only language model assembled from ``companion``'s parts.
 
@@ -347,8 +362,8 @@ class Decoder(nn.Module):
         return key.shape[2]
 
     def decode(
-        self, input_ids: Tensor, past: Cache | None = None
-    ) -> tuple[Tensor, Cache]:
+        self, input_ids: Tensor, past: tuple[tuple[Tensor, Tensor], ...] | None = None
+    ) -> tuple[Tensor, tuple[tuple[Tensor, Tensor], ...]]:
         """Logits of ``input_ids`` placed after the ``past`` tokens, and the new cache.
 
         With ``past=None`` this is the prefill (positions ``0 .. L-1``); with a cache of
