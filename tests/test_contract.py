@@ -27,8 +27,7 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 
-#: companion's public modules, in reading order; a module that does not exist yet is
-# skipped
+#: companion's public modules, in reading order (one not written yet is skipped)
 MODULES = [
     "environment",
     "plotting",
@@ -174,3 +173,10 @@ def test_every_public_name_has_a_bad_input_case(module, paths):
     covered = {name.split(".")[0] for name in names} | set(exempt)
     missing = [n for n in public if callable(_resolve(module, n)) and n not in covered]
     assert not missing, f"companion.{module}'s public names with no case: {missing}"
+
+
+def test_every_public_module_is_listed() -> None:
+    """A new module of companion joins MODULES, so its names need cases too."""
+    companion = TESTS.parent / "companion"
+    public = {p.stem for p in companion.glob("*.py") if not p.stem.startswith("_")}
+    assert public <= set(MODULES), f"add to MODULES: {sorted(public - set(MODULES))}"
