@@ -164,7 +164,7 @@ def test_rms_norm_variants_match_hugging_face(device):
     assert torch.equal(norm.rms_norm(x, 32, llama.weight, variant="llama"), llama(x))
     assert torch.equal(norm.rms_norm(x, 32, gemma.weight, variant="gemma"), gemma(x))
     mine = norm.RMSNorm(32, variant="gemma", device=device)
-    assert torch.count_nonzero(mine.weight) == 0  # Gemma initialises the offset at zero
+    assert torch.count_nonzero(mine.weight) == 0  # Gemma initializes the offset at zero
     # ... and the cast position matters in bfloat16: the variants differ somewhere
     w = llama.weight
     assert not torch.equal(
