@@ -129,7 +129,16 @@ def ntk_aware_base(base: float, factor: float, head_dim: int) -> float:
     b = _validate.real("base", base, exclusive_minimum=1.0)
     s = _validate.real("factor", factor, minimum=1.0)
     d = _validate.integer("head_dim", head_dim, minimum=4, even=True)
-    return b * s ** (d / (d - 2))
+    try:
+        new_base = b * s ** (d / (d - 2))
+    except OverflowError:  # Python floats raise instead of giving inf
+        new_base = math.inf
+    if not math.isfinite(new_base):
+        raise ValueError(
+            f"factor must be small enough for base * factor ** (D/(D-2)) to be a "
+            f"finite float, got factor={s:g} with base={b:g} and head_dim={d}"
+        )
+    return new_base
 
 
 def ntk_scaling_frequencies(

@@ -362,7 +362,7 @@ def apply_rope(
     _validate.same_device("sin", sin, "x", x)
     if positions is not None:  # rows of a precomputed (T, D/2) table
         positions = _validate.tensor(
-            "positions", positions, dtype="integer", min_ndim=1
+            "positions", positions, dtype="integer", min_ndim=1, max_ndim=2
         )
         _validate.same_device("positions", positions, "cos", cos)
         if positions.numel() and not torch.compiler.is_compiling():

@@ -570,6 +570,13 @@ BAD_INPUTS = [
     ),
     (
         "ntk_aware_base",
+        lambda: ntk_aware_base(10000.0, 1e308, 64),
+        ValueError,
+        r"factor must be small enough for base \* factor \*\* \(D/\(D-2\)\) to be a "
+        r"finite float, got factor=1e\+308",
+    ),
+    (
+        "ntk_aware_base",
         lambda: ntk_aware_base(None, 2.0, 64),
         TypeError,
         r"base must be a real number, got None",

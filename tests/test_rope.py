@@ -767,6 +767,12 @@ BAD_INPUTS = [
         ValueError,
         r"head_dim must be a positive even int, got -2",
     ),
+    (
+        "apply_rope",
+        lambda: apply_rope(X, *TABLE, positions=torch.zeros(2, 1, 4, dtype=torch.long)),
+        ValueError,
+        r"positions must have at most 2 dimensions, got shape \(2, 1, 4\)",
+    ),
     # LAYOUTS names the pairings apply_rope accepts; anything else is refused
     (
         "LAYOUTS",
