@@ -337,10 +337,11 @@ def attention_weights(
     ``is_causal=True`` is an error, as torch documents (torch 2.13 raises for 3-D inputs
     and silently combines the two masks for 4-D inputs; the chapter shows both).
 
-    Deliberate difference: a row whose keys are all masked gets weights that are all
-    zero (so its output is zero) instead of the NaN of a plain softmax. torch's
-    ``scaled_dot_product_attention`` also returns zeros there on the CPU (fused and math
-    paths alike, torch 2.13); :class:`torch.nn.MultiheadAttention` returns NaN.
+    A row whose keys are all masked gets weights that are all zero (so its output is
+    zero) instead of the NaN of a plain softmax. torch's ``scaled_dot_product_attention``
+    also returns zeros there on the CPU (fused and math paths alike, torch 2.13);
+    :class:`torch.nn.MultiheadAttention` returns NaN with ``need_weights=True`` (its
+    default) and on its fast path, zeros otherwise (the chapter measures each case).
 
     Half-precision inputs are scored and normalized in float32; the result has the
     input's dtype. With no keys (``S = 0``) every row is empty and every output is zero,
