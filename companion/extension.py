@@ -281,7 +281,10 @@ def yarn_ramp(
     with ``(low, high)`` from :func:`yarn_correction_range` (``high`` nudged by
     ``0.001`` when the two coincide, as in HF transformers). Fast pairs (small ``i``,
     many rotations in the training length) get :math:`r_i = 0`; slow pairs get
-    :math:`r_i = 1`.
+    :math:`r_i = 1`. This ramp is linear in the pair index, as HF transformers'
+    ``_compute_yarn_parameters`` builds it; the YaRN paper's ramp :math:`\gamma(r)` is
+    linear in the number of rotations :math:`r = L_0/\lambda_i` instead, and the two
+    give frequencies up to 1.76 times apart (chapter :ref:`ch-extension`).
 
     Args:
         head_dim: the rotated dimension ``D``, even.
