@@ -9,8 +9,8 @@ values:
   expression with temporaries (which the caller's compilation fuses, and autograd
   differentiates);
 - the interleaved layout: one complex multiplication, :func:`multiply_complex`;
-- ``fused=True`` with the half layout: :func:`formula` compiled by ``torch.compile`` into
-  one loop, :func:`apply_fused`;
+- ``fused=True`` with the half layout: :func:`formula` compiled by ``torch.compile``
+  into one loop, :func:`apply_fused`;
 - otherwise the half layout is written straight into one output buffer without a
   ``rotate_half(x)`` temporary, :func:`rotate_half_into`, block by block on the CPU so
   that each block stays in cache between its four kernels.
@@ -34,8 +34,8 @@ COMPILED: dict[tuple, Callable[..., Tensor]] = {}  # (dtype, device, D, grad) ->
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, fused: bool) -> Tensor:
-    """RoPE of ``x`` with ``cos``/``sin`` that broadcast against it (right-aligned), on its
-    device; the result has ``x``'s dtype."""
+    """RoPE of ``x`` with ``cos``/``sin`` that broadcast against it (right-aligned), on
+    its device; the result has ``x``'s dtype."""
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
     if cos.dtype != compute:
         cos, sin = cos.to(compute), sin.to(compute)
@@ -57,8 +57,8 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, fused: bool) -> Ten
 
 
 def formula(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
-    """RoPE as one expression with temporaries: what autograd, ``torch.func`` transforms and
-    ``torch.compile`` see. ``cos``/``sin`` in float32 (float64 for float64 ``x``)."""
+    """RoPE as one expression with temporaries: what autograd, ``torch.func`` transforms
+    and ``torch.compile`` see. Tables in float32 (float64 for float64 ``x``)."""
     pair_dim, split = (-2, (2, -1)) if layout == "half" else (-1, (-1, 2))
     pairs = x.to(cos.dtype).unflatten(-1, split)  # (..., 2, D/2) or (..., D/2, 2)
     a, b = pairs.unbind(pair_dim)  # (..., D/2): pair i = (a[i], b[i])
@@ -101,7 +101,7 @@ def rotate_half_into(
 
 
 def multiply_complex(x: Tensor, f: Tensor) -> Tensor:
-    """``x``'s interleaved pairs times the broadcastable complex table ``f``, cast back."""
+    """``x``'s interleaved pairs times the complex table ``f``, cast back."""
     xr = x.to(f.real.dtype)  # float32 (float64 for float64 x)
     odd = xr.storage_offset() % 2 or any(st % 2 for st in xr.stride()[:-1])
     if xr.stride(-1) != 1 or odd:  # view_as_complex needs pairs adjacent in memory
@@ -152,7 +152,7 @@ def apply_fused(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     except Exception as err:  # the compiler toolchain is missing or failed
         reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise RuntimeError(
-            f"apply_rope(fused=True) builds its kernel with torch.compile, which failed "
+            "apply_rope(fused=True) builds its kernel with torch.compile, which failed "
             f"on {x.device.type} ({type(err).__name__}: {reason[:200]}); use "
             "fused=False, which computes the same values in eager PyTorch"
         ) from err

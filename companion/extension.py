@@ -1,9 +1,9 @@
-r"""Beyond the training length: ALiBi and RoPE context extension (chapter :ref:`ch-extension`).
+r"""Beyond the training length: ALiBi and RoPE scaling (chapter :ref:`ch-extension`).
 
 Two families of answers to "what happens past the length the model was trained on":
 
-* **ALiBi** (Press et al., 2022) adds no position embedding at all. Each head ``h`` adds a
-  linear penalty :math:`-m_h (i - j)` to the score of query ``i`` and key ``j``;
+* **ALiBi** (Press et al., 2022) adds no position embedding at all. Each head ``h`` adds
+  a linear penalty :math:`-m_h (i - j)` to the score of query ``i`` and key ``j``;
   :func:`alibi_slopes` gives the head slopes :math:`m_h` and :func:`alibi_bias` the bias
   tensor, ready for the ``attn_mask`` of
   :func:`torch.nn.functional.scaled_dot_product_attention`.
@@ -13,14 +13,14 @@ Two families of answers to "what happens past the length the model was trained o
   frequencies, shape ``(D/2,)``, float64, which plug straight into
   :func:`companion.rope.rope_cos_sin`:
 
-  ==========================================  ================================================
-  :func:`linear_scaling_frequencies`          position interpolation, :math:`\theta_i / s`
-  :func:`ntk_scaling_frequencies`             NTK-aware base :math:`b\,s^{D/(D-2)}`
-  :func:`dynamic_ntk_frequencies`             the NTK base recomputed from the current length
-  :func:`yarn_frequencies`                    YaRN ramp between ``beta_fast`` and ``beta_slow``,
-                                              plus the attention factor :math:`0.1\ln s + 1`
-  :func:`llama3_frequencies`                  the Llama 3.1 wavelength-band rule
-  ==========================================  ================================================
+  ==================================  ================================================
+  :func:`linear_scaling_frequencies`  position interpolation, :math:`\theta_i / s`
+  :func:`ntk_scaling_frequencies`     NTK-aware base :math:`b\,s^{D/(D-2)}`
+  :func:`dynamic_ntk_frequencies`     the NTK base recomputed from the current length
+  :func:`yarn_frequencies`            YaRN ramp between ``beta_fast`` and ``beta_slow``,
+                                      plus the attention factor :math:`0.1\ln s + 1`
+  :func:`llama3_frequencies`          the Llama 3.1 wavelength-band rule
+  ==================================  ================================================
 
 Each matches the corresponding entry of Hugging Face transformers'
 ``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` (``"linear"``, ``"dynamic"``, ``"yarn"``,
@@ -88,7 +88,7 @@ def rope_wavelengths(frequencies: torch.Tensor) -> torch.Tensor:
 def linear_scaling_frequencies(
     head_dim: int, *, base: float = 10000.0, factor: float
 ) -> torch.Tensor:
-    r"""Position interpolation (linear scaling): every inverse frequency divided by ``factor``.
+    r"""Position interpolation (linear scaling): each inverse frequency over ``factor``.
 
     :math:`\theta'_i = \theta_i / s`, which is the same as feeding positions
     :math:`m / s` (Chen et al., 2023): a sequence ``s`` times longer than the training
@@ -277,8 +277,8 @@ def yarn_ramp(
 ) -> torch.Tensor:
     r"""YaRN's interpolation weight per pair: 0 = untouched, 1 = fully interpolated.
 
-    :math:`r_i = \operatorname{clamp}\big((i - \text{low}) / (\text{high} - \text{low}), 0, 1\big)`
-    with ``(low, high)`` from :func:`yarn_correction_range` (``high`` nudged by
+    :math:`r_i = \operatorname{clamp}((i - \text{low}) / (\text{high} - \text{low}),
+    0, 1)` with ``(low, high)`` from :func:`yarn_correction_range` (``high`` nudged by
     ``0.001`` when the two coincide, as in HF transformers). Fast pairs (small ``i``,
     many rotations in the training length) get :math:`r_i = 0`; slow pairs get
     :math:`r_i = 1`. This ramp is linear in the pair index, as HF transformers'
@@ -315,7 +315,7 @@ def yarn_ramp(
 
 
 def yarn_attention_factor(factor: float) -> float:
-    r"""YaRN's attention factor :math:`\sqrt{1/t} = 0.1 \ln s + 1` (1 when :math:`s \le 1`).
+    r"""YaRN's attention factor :math:`\sqrt{1/t} = 0.1 \ln s + 1` (1 for ``s <= 1``).
 
     HF transformers multiplies cos and sin by it, so queries *and* keys grow by it and
     the attention logits by its square: a softmax temperature :math:`t` below 1 that
@@ -343,7 +343,7 @@ def yarn_frequencies(
     truncate: bool = True,
     attention_factor: float | None = None,
 ) -> tuple[torch.Tensor, float]:
-    r"""YaRN ("NTK-by-parts" frequencies plus an attention temperature; Peng et al., 2024).
+    r"""YaRN: NTK-by-parts frequencies and an attention temperature (Peng et al., 2024).
 
     :math:`\theta'_i = \theta_i \big((1 - r_i) + r_i / s\big)` with the ramp :math:`r_i`
     of :func:`yarn_ramp`: pairs that turn more than ``beta_fast`` times within the
@@ -403,7 +403,8 @@ def llama3_frequencies(
     With training length :math:`L_0` and wavelengths :math:`\lambda_i = 2\pi/\theta_i`:
 
     * :math:`\lambda_i < L_0 / \text{high\_freq\_factor}`: unchanged (high frequencies);
-    * :math:`\lambda_i > L_0 / \text{low\_freq\_factor}`: divided by ``factor`` (interpolated);
+    * :math:`\lambda_i > L_0 / \text{low\_freq\_factor}`: divided by ``factor``
+      (interpolated);
     * between: :math:`\theta'_i = (1 - \mu_i)\,\theta_i / s + \mu_i\,\theta_i` with
       :math:`\mu_i = (L_0/\lambda_i - \text{low}) / (\text{high} - \text{low})`.
 
@@ -450,7 +451,7 @@ def llama3_frequencies(
 
 
 def _alibi_slopes_float(num_heads: int) -> list[float]:
-    """Press et al.'s rule, as exact floats (powers of two with fractional exponents)."""
+    """Press et al.'s rule, as floats (powers of two with fractional exponents)."""
     if (
         num_heads & (num_heads - 1) == 0
     ):  # a power of two: 2^(-8/n), 2^(-16/n), ..., 2^-8
@@ -505,7 +506,7 @@ def alibi_bias(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    r"""The ALiBi bias :math:`-m_h (i - j)` to add to attention scores, with the causal mask.
+    r"""The ALiBi bias :math:`-m_h (i - j)` for attention scores, causal mask included.
 
     Queries are the *last* ``L`` of the ``S`` key positions (query ``i`` sits at
     position :math:`i + S - L`), which covers self-attention (``L == S``) and decoding

@@ -147,7 +147,9 @@ def shift_matrix(
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    r"""The block-diagonal rotation :math:`T(k)` with :math:`\mathrm{PE}(\text{pos}+k) = \mathrm{PE}(\text{pos})\,T(k)`.
+    r"""The block-diagonal rotation :math:`T(k)` that shifts the encoding by ``k``.
+
+    :math:`\mathrm{PE}(\text{pos}+k) = \mathrm{PE}(\text{pos})\,T(k)` (every ``pos``).
 
     Row-vector convention (``PE`` rows times ``T`` on the right), matching
     :func:`sinusoidal_encoding`'s ``[sin, cos]`` pairs. Block ``i`` sits at rows and
@@ -189,12 +191,13 @@ def shift_matrix(
 def sinusoidal_dot_products(
     offsets: Tensor, dim: int, *, base: float = 10000.0
 ) -> Tensor:
-    r"""The dot product :math:`\mathrm{PE}(m) \cdot \mathrm{PE}(n)` as a function of :math:`k = m - n`.
+    r"""The dot product :math:`\mathrm{PE}(m) \cdot \mathrm{PE}(n)` as a function of
+    :math:`k = m - n`.
 
-    Each pair contributes :math:`\sin m\omega_i \sin n\omega_i + \cos m\omega_i \cos
-    n\omega_i
-    = \cos(k\omega_i)`, so the dot product is :math:`g(k) = \sum_{i} \cos(k\,\omega_i)`: a
-    function of the offset alone, even in ``k``, with :math:`g(0) = D/2`.
+    Each pair contributes :math:`\sin m\omega_i \sin n\omega_i +
+    \cos m\omega_i \cos n\omega_i = \cos(k\omega_i)`, so the dot product is
+    :math:`g(k) = \sum_{i} \cos(k\,\omega_i)`: a function of the offset alone, even in
+    ``k``, with :math:`g(0) = D/2`.
 
     Args:
         offsets: offsets ``k``, an integer or floating-point tensor of any shape.

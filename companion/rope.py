@@ -61,7 +61,7 @@ LAYOUTS = ("half", "interleaved")
 
 
 def rope_frequencies(head_dim: int, *, base: float = 10000.0) -> Tensor:
-    r"""Rotation frequencies :math:`\theta_i = \text{base}^{-2i/D}` of the ``D/2`` pairs.
+    r"""Rotation frequencies :math:`\theta_i = \text{base}^{-2i/D}` of the D/2 pairs.
 
     The same progression as the sinusoidal encoding's frequencies (one implementation
     serves both, :func:`companion.positional.sinusoidal_frequencies`):
@@ -87,7 +87,7 @@ def rope_frequencies(head_dim: int, *, base: float = 10000.0) -> Tensor:
 def _angles(
     positions: Tensor, frequencies: Tensor, device: torch.device | None
 ) -> Tensor:
-    """Float64 angles ``m * theta_i`` on ``device``, shape ``(*positions.shape, D/2)``."""
+    """Float64 angles ``m * theta_i`` on ``device``: ``(*positions.shape, D/2)``."""
     device = positions.device if device is None else device
     m = positions.to(device=device, dtype=torch.float64)  # (...)
     theta = frequencies.to(device=device, dtype=torch.float64)  # (D/2,)
@@ -170,7 +170,7 @@ def rope_freqs_cis(
 
 
 def rotate_half(x: Tensor) -> Tensor:
-    r"""Map each half-layout pair :math:`(a, b) = (x_i, x_{i + D/2})` to :math:`(-b, a)`.
+    r"""Map each half-layout pair :math:`(a, b) = (x_i, x_{i + D/2})` to ``(-b, a)``.
 
     Multiplication by :math:`\mathrm{i}` in every pair, i.e. a quarter turn; exactly
     Hugging Face's ``rotate_half``: ``cat((-x2, x1), dim=-1)``. Then
@@ -195,7 +195,7 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 def rotate_interleaved(x: Tensor) -> Tensor:
-    r"""Map each interleaved pair :math:`(a, b) = (x_{2i}, x_{2i+1})` to :math:`(-b, a)`.
+    r"""Map each interleaved pair :math:`(a, b) = (x_{2i}, x_{2i+1})` to ``(-b, a)``.
 
     The interleaved counterpart of :func:`rotate_half` (GPT-J's ``rotate_every_two``).
 
@@ -216,7 +216,7 @@ def rotate_interleaved(x: Tensor) -> Tensor:
 
 
 def interleaved_to_half_permutation(head_dim: int) -> Tensor:
-    r"""Indices ``p`` with ``x_half = x_interleaved[..., p]``: ``[0, 2, 4, ..., 1, 3, 5, ...]``.
+    r"""Indices ``p`` with ``x_half = x_interleaved[..., p]``..
 
     Column ``i`` of the half layout is coordinate ``2i`` of the interleaved one and
     column ``i + D/2`` is coordinate ``2i + 1``, so pair :math:`i` moves from
@@ -249,8 +249,8 @@ def half_to_interleaved_permutation(head_dim: int) -> Tensor:
 
 
 def _align_table(name: str, t: Tensor, x: Tensor, s: int) -> Tensor:
-    """Check that the table ``t``, ``(L, D/2)`` or ``(B, L, D/2)``, matches ``x`` (L on axis
-    ``s``) and return the view of it that broadcasts against ``x``."""
+    """Check that the table ``t``, ``(L, D/2)`` or ``(B, L, D/2)``, matches ``x`` (L on
+    axis ``s``) and return the view of it that broadcasts against ``x``."""
     pairs, length, after = x.shape[-1] // 2, x.shape[s], x.ndim - 2 - s  # after: heads
     _validate.size(name, t, -1, pairs, "D/2, half of x's last dimension")
     _validate.size(name, t, -2, length, "L, x's size along seq_dim")
@@ -353,8 +353,8 @@ def apply_rope(
     )
     layout = _validate.choice("layout", layout, LAYOUTS)
     fused = _validate.flag("fused", fused)
-    table_ndim = (2, 2) if positions is not None else (2, 3)
-    cos = _validate.tensor("cos", cos, min_ndim=table_ndim[0], max_ndim=table_ndim[1])
+    table_ndim = 2 if positions is not None else 3  # (T, D/2); (L, D/2) or (B, L, D/2)
+    cos = _validate.tensor("cos", cos, min_ndim=2, max_ndim=table_ndim)
     sin = _validate.tensor("sin", sin)
     _validate.shape("sin", sin, cos.shape, "of cos")
     _validate.same_dtype("sin", sin, "cos", cos)
@@ -370,8 +370,8 @@ def apply_rope(
             if low < 0 or high >= cos.shape[0]:
                 raise ValueError(
                     f"positions must lie in [0, {cos.shape[0]}) for a table of "
-                    f"{cos.shape[0]} rows, got values in [{low}, {high}]: recompute the table with "
-                    "rope_cos_sin for the positions you need"
+                    f"{cos.shape[0]} rows, got values in [{low}, {high}]: recompute "
+                    "the table with rope_cos_sin for the positions you need"
                 )
         cos, sin = cos[positions], sin[positions]  # (L, D/2) or (B, L, D/2)
     cos, sin = _align_table("cos", cos, x, s), _align_table("sin", sin, x, s)
