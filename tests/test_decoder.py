@@ -175,6 +175,15 @@ VARIANTS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Models this small run faster on one thread (and the test machine is shared)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
     """Weights large enough for attention to be far from uniform (see the module docstring)."""
     gen = torch.Generator().manual_seed(seed)
