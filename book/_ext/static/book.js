@@ -70,6 +70,26 @@ function bookInstallSearchFixes() {
 bookInstallSearchFixes();
 document.addEventListener("DOMContentLoaded", bookInstallSearchFixes);
 
+// ---- Narrow screens: an inline formula wider than its line scrolls in its own box ----------
+function bookMarkWideMath() {
+  document.querySelectorAll('mjx-container:not([display="true"])').forEach((el) => {
+    el.classList.remove("book-wide-math");
+    const line = el.closest("p, li, dd, td, div") || el.parentElement;
+    if (el.getBoundingClientRect().width > line.clientWidth) el.classList.add("book-wide-math");
+  });
+}
+function bookWatchMath() {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    MathJax.startup.promise.then(bookMarkWideMath);
+  }
+  window.addEventListener("resize", bookMarkWideMath);
+}
+if (document.readyState === "loading") {
+  document.addEventListener("DOMContentLoaded", bookWatchMath);
+} else {
+  bookWatchMath();
+}
+
 // ---- Print: everything folded opens --------------------------------------------------------
 function bookUnfoldForPrint() {
   document.querySelectorAll("details").forEach((d) => { d.open = true; });
