@@ -87,9 +87,7 @@ def dot_score(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     return query @ key.transpose(-2, -1)  # (..., L, S)
 
 
-def general_score(
-    query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tensor
-) -> torch.Tensor:
+def general_score(query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tensor) -> torch.Tensor:
     r"""Luong et al.'s *general* (bilinear) score :math:`q^\top W k`.
 
     With ``weight`` the identity it is :func:`dot_score`; unlike it, the query and key
@@ -110,14 +108,10 @@ def general_score(
         output: ``(..., L, S)``.
     """
     query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
-    key = _validate.tensor_like(
-        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
-    )
+    key = _validate.tensor_like("key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)")
     weight = _validate.tensor_like("weight", weight, "query", query, ndim=2)
     _validate.shape("weight", weight, (query.shape[-1], key.shape[-1]), "(Dq, Dk)")
-    _validate.broadcastable(
-        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
-    )
+    _validate.broadcastable("query and key", [query.shape[:-2], key.shape[:-2]], "batch dims")
     return (query @ weight) @ key.transpose(-2, -1)  # (..., L, Dk) @ (..., Dk, S)
 
 
@@ -156,9 +150,7 @@ def additive_score(
         output: ``(..., L, S)``.
     """
     query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
-    key = _validate.tensor_like(
-        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
-    )
+    key = _validate.tensor_like("key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)")
     v = _validate.tensor_like("v", v, "query", query, ndim=1, meaning="(A,)")
     for name, w, width in (
         ("query_weight", query_weight, query.shape[-1]),
@@ -166,9 +158,7 @@ def additive_score(
     ):
         w = _validate.tensor_like(name, w, "query", query, ndim=2)
         _validate.shape(name, w, (v.shape[0], width), "(A, D) with A = len(v)")
-    _validate.broadcastable(
-        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
-    )
+    _validate.broadcastable("query and key", [query.shape[:-2], key.shape[:-2]], "batch dims")
     wq = query @ query_weight.T  # (..., L, A)
     uk = key @ key_weight.T  # (..., S, A)
     hidden_pairs = torch.tanh(wq.unsqueeze(-2) + uk.unsqueeze(-3))  # (..., L, S, A)
@@ -202,9 +192,7 @@ def concat_score(
         output: ``(..., L, S)``.
     """
     query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
-    key = _validate.tensor_like(
-        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
-    )
+    key = _validate.tensor_like("key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)")
     weight = _validate.tensor_like("weight", weight, "query", query, ndim=2)
     v = _validate.tensor_like("v", v, "query", query, ndim=1, meaning="(A,)")
     width = query.shape[-1] + key.shape[-1]
@@ -375,6 +363,7 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
     scale: float | None = None,
+    backend: str = "torch",
 ) -> torch.Tensor:
     r"""Scaled dot-product attention
     :math:`\operatorname{softmax}(QK^\top/\sqrt{D} + M)\,V`.
@@ -395,6 +384,9 @@ def scaled_dot_product_attention(
             ``(..., L, S)``.
         is_causal: apply the top-left causal mask (``j <= i``).
         scale: factor on the scores; ``None`` means :math:`1/\sqrt{D}`.
+        backend: ``"torch"`` (the definition, above) or ``"triton"``: the FlashAttention
+            kernel :func:`companion.kernels.flash_attention` (needs Triton; no ``mask``,
+            ``(B, H, L, D)`` inputs of float16, bfloat16 or float32, ``D`` a power of two).
 
     Returns:
         One output per query, the weighted average of the values.
@@ -406,6 +398,15 @@ def scaled_dot_product_attention(
         output: ``(..., L, Dv)``.
     """
     _, mask, scale = _inputs(query, key, value, mask, is_causal, scale)
+    if _validate.choice("backend", backend, ("torch", "triton")) == "triton":
+        if mask is not None:
+            raise ValueError(
+                f"mask must be None with backend='triton' (is_causal only), got "
+                f"{_validate.describe(mask)}"
+            )
+        from companion import kernels  # needs Triton; `import companion` does not
+
+        return kernels.flash_attention(query, key, value, is_causal=is_causal, scale=scale)[0]
     weights = _weights(query, key, mask, is_causal, scale)  # (..., L, S)
     return (weights @ value.to(weights.dtype)).to(query.dtype)  # (..., L, Dv)
 
@@ -465,12 +466,8 @@ def tiled_attention(
         i1 = min(i0 + block_size, L)
         q = query[..., i0:i1, :].to(dtype) * scale  # (..., bq, D)
         shape = (*batch, i1 - i0, 1)
-        m = torch.full(
-            shape, -math.inf, dtype=dtype, device=query.device
-        )  # running max
-        total = torch.zeros(
-            shape, dtype=dtype, device=query.device
-        )  # running sum of e^(s-m)
+        m = torch.full(shape, -math.inf, dtype=dtype, device=query.device)  # running max
+        total = torch.zeros(shape, dtype=dtype, device=query.device)  # running sum of e^(s-m)
         acc = torch.zeros(*batch, i1 - i0, Dv, dtype=dtype, device=query.device)
         for j0 in range(0, S, block_size):
             if is_causal and j0 > i1 - 1:
@@ -536,9 +533,7 @@ def mask_from_torch_mha(
         ndim=2,
     )
     if attn_mask is not None and key_padding_mask is not None:
-        _validate.same_device(
-            "key_padding_mask", key_padding_mask, "attn_mask", attn_mask
-        )
+        _validate.same_device("key_padding_mask", key_padding_mask, "attn_mask", attn_mask)
         _validate.same_size(
             "attn_mask",
             attn_mask,
@@ -617,8 +612,7 @@ class MultiHeadAttention(nn.Module):
         num_heads = _validate.positive_int("num_heads", num_heads)
         if embed_dim % num_heads != 0:
             raise ValueError(
-                f"num_heads must divide embed_dim, got embed_dim={embed_dim}, "
-                f"num_heads={num_heads}"
+                f"num_heads must divide embed_dim, got embed_dim={embed_dim}, num_heads={num_heads}"
             )
         bias = _validate.flag("bias", bias)
         kw = {"bias": bias, **_validate.factory_kwargs(device, dtype)}
@@ -633,9 +627,7 @@ class MultiHeadAttention(nn.Module):
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.head_dim).transpose(
-            1, 2
-        )  # (B, H, T, E/H)
+        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, E/H)
 
     def forward(
         self,
@@ -694,9 +686,7 @@ class MultiHeadAttention(nn.Module):
             query: ``(B, H, L, E/H)``; key, value: ``(B, H, S, E/H)``; output like
                 query.
         """
-        return scaled_dot_product_attention(
-            query, key, value, mask=mask, is_causal=is_causal
-        )
+        return scaled_dot_product_attention(query, key, value, mask=mask, is_causal=is_causal)
 
     @torch.no_grad()
     def load_torch_weights(self, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -732,9 +722,7 @@ class MultiHeadAttention(nn.Module):
                 "module, got "
                 f"bias={module.in_proj_bias is not None}"
             )
-        w_q, w_k, w_v = module.in_proj_weight.chunk(
-            3, dim=0
-        )  # rows: W_Q, then W_K, then W_V
+        w_q, w_k, w_v = module.in_proj_weight.chunk(3, dim=0)  # rows: W_Q, then W_K, then W_V
         for proj, w in ((self.q_proj, w_q), (self.k_proj, w_k), (self.v_proj, w_v)):
             proj.weight.copy_(w)
         self.out_proj.weight.copy_(module.out_proj.weight)

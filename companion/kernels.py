@@ -141,8 +141,10 @@ def rope(
 ) -> Tensor:
     r"""RoPE in one pass over ``x``: :func:`companion.rope.apply_rope` as a Triton kernel.
 
-    Equivalent to ``apply_rope(x, cos, sin, layout=layout, seq_dim=seq_dim,
-    positions=positions)``: pair :math:`(a, b)` at position :math:`m` becomes
+    The same as ``apply_rope(x, cos, sin, layout=layout, seq_dim=seq_dim,
+    positions=positions, backend="triton")``, which checks the arguments and calls the
+    kernel; equivalent to the default ``apply_rope``: pair :math:`(a, b)` at position
+    :math:`m` becomes
     :math:`(a c - b s,\; b c + a s)` with :math:`c = \cos m\theta_i`,
     :math:`s = \sin m\theta_i`, computed in float32 (float64 for float64 input) and stored in
     ``x``'s dtype. Each program rotates a block of rows: it reads those rows of ``x`` and the
@@ -164,39 +166,23 @@ def rope(
     Shape:
         x: ``(..., L, D)`` or ``(B, L, H, D)``; cos, sin: ``(L, D/2)`` or ``(B, L, D/2)``.
     """
-    x = _validate.tensor("x", x, min_ndim=2, meaning="(..., L, D)")
-    cos = _validate.tensor("cos", cos, min_ndim=2, max_ndim=3, meaning="(L, D/2) or (B, L, D/2)")
-    sin = _validate.tensor("sin", sin, min_ndim=2, max_ndim=3, meaning="(L, D/2) or (B, L, D/2)")
-    layout = _validate.choice("layout", layout, ("half", "interleaved"))
-    s = _validate.integer("seq_dim", seq_dim, minimum=-x.ndim, maximum=x.ndim - 2) % x.ndim
-    if s == x.ndim - 1:
-        raise ValueError(f"seq_dim must not be the last (head width) axis, got {seq_dim}")
-    half = _validate.even_size("x", x, -1, "RoPE rotates pairs") // 2
-    if cos.shape != sin.shape:
-        raise ValueError(
-            f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}"
-        )
-    for name, t in (("cos", cos), ("sin", sin)):
-        _validate.same_device(name, t, "x", x)
-    if positions is not None:
-        positions = _validate.tensor("positions", positions, dtype="integer", max_ndim=2)
-        _validate.same_device("positions", positions, "x", x)
-        if cos.dim() != 2:
-            raise ValueError(f"cos must be a (T, D/2) table with positions, got {tuple(cos.shape)}")
-        if positions.numel() and not (0 <= int(positions.min()) <= int(positions.max()) < len(cos)):
-            raise ValueError(f"positions must lie in [0, {len(cos)}), got values outside it")
-        cos, sin = cos[positions], sin[positions]  # (L, D/2) or (B, L, D/2)
-    if cos.shape[-2:] != (x.shape[s], half) or (cos.dim() == 3 and cos.shape[0] != x.shape[0]):
-        raise ValueError(
-            f"cos and sin must be (L, D/2) = ({x.shape[s]}, {half}) or (B, L, D/2) for x of "
-            f"shape {tuple(x.shape)} with seq_dim={seq_dim}, got {tuple(cos.shape)}"
-        )
+    from companion.rope import apply_rope  # one home for RoPE's argument checks
+
+    return apply_rope(
+        x, cos, sin, layout=layout, seq_dim=seq_dim, positions=positions, backend="triton"
+    )
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, seq_axis: int) -> Tensor:
+    """Launch the RoPE kernel on arguments :func:`companion.rope.apply_rope` has checked:
+    ``cos``/``sin`` ``(L, D/2)`` or ``(B, L, D/2)``, positions on axis ``seq_axis``."""
     _check_device("x", x)
     x = x.contiguous()
+    s, half = seq_axis, x.shape[-1] // 2
     seq_len = x.shape[s]
     inner = math.prod(x.shape[s + 1 : -1])  # rows between two positions
     rows = x.numel() // x.shape[-1]
-    per_batch = cos.dim() == 3  # (B, L, D/2): a table per sequence
+    per_batch = cos.dim() == 3 and cos.shape[0] > 1  # (B, L, D/2): a table per sequence
     cos, sin = cos.contiguous(), sin.contiguous()
     out = torch.empty_like(x)
     if rows == 0:
@@ -359,8 +345,8 @@ def flash_attention(
     lse = torch.empty((b, h, q_len), dtype=torch.float32, device=query.device)
     if q_len == 0 or b * h == 0:
         return out, lse
-    if k_len == 0:
-        raise ValueError("key must hold at least one position (S >= 1), got S = 0")
+    if k_len == 0:  # no key to attend to: zeros, as a fully masked row (SDPA's math path)
+        return out.zero_(), lse.fill_(float("-inf"))
     q, k, v = (t.contiguous() for t in (query, key, value))
     sm_scale = (1.0 / math.sqrt(d)) if scale is None else scale
     grid = (triton.cdiv(q_len, block_m), b * h)

@@ -84,9 +84,7 @@ def rope_frequencies(head_dim: int, *, base: float = 10000.0) -> Tensor:
     return _frequencies("head_dim", head_dim, base)
 
 
-def _angles(
-    positions: Tensor, frequencies: Tensor, device: torch.device | None
-) -> Tensor:
+def _angles(positions: Tensor, frequencies: Tensor, device: torch.device | None) -> Tensor:
     """Float64 angles ``m * theta_i`` on ``device``: ``(*positions.shape, D/2)``."""
     device = positions.device if device is None else device
     m = positions.to(device=device, dtype=torch.float64)  # (...)
@@ -275,6 +273,7 @@ def apply_rope(
     seq_dim: int = -2,
     positions: Tensor | None = None,
     fused: bool = False,
+    backend: str = "torch",
 ) -> Tensor:
     r"""Rotate each pair of ``x`` by its position's angle: RoPE for queries or keys.
 
@@ -326,6 +325,9 @@ def apply_rope(
         fused: a bool; run the half layout as one compiled kernel (``torch.compile``)
             instead of eager PyTorch; same values up to float rounding (fused
             multiply-adds).
+        backend: ``"torch"`` (the paths above) or ``"triton"``: the one-pass Triton
+            kernel of :mod:`companion.kernels` (needs Triton; compiled on CUDA, interpreted
+            on a CPU); ``fused`` must then be ``False``.
 
     Returns:
         The rotated tensor, same shape, dtype and device as ``x`` (``L = 0`` gives an
@@ -348,11 +350,12 @@ def apply_rope(
     """
     x = _validate.tensor("x", x, min_ndim=2, meaning="(..., L, D)")
     _validate.even_size("x", x, -1, "head_dim: RoPE rotates pairs")
-    s = _validate.axis(
-        "seq_dim", seq_dim, x.ndim, exclude=-1, why="not the last, head_dim"
-    )
+    s = _validate.axis("seq_dim", seq_dim, x.ndim, exclude=-1, why="not the last, head_dim")
     layout = _validate.choice("layout", layout, LAYOUTS)
     fused = _validate.flag("fused", fused)
+    backend = _validate.choice("backend", backend, ("torch", "triton"))
+    if backend == "triton" and fused:
+        raise ValueError("fused must be False with backend='triton', got True")
     table_ndim = 2 if positions is not None else 3  # (T, D/2); (L, D/2) or (B, L, D/2)
     cos = _validate.tensor("cos", cos, min_ndim=2, max_ndim=table_ndim)
     sin = _validate.tensor("sin", sin)
@@ -374,7 +377,12 @@ def apply_rope(
                     "the table with rope_cos_sin for the positions you need"
                 )
         cos, sin = cos[positions], sin[positions]  # (L, D/2) or (B, L, D/2)
+    table = cos, sin  # (L, D/2) or (B, L, D/2)
     cos, sin = _align_table("cos", cos, x, s), _align_table("sin", sin, x, s)
+    if backend == "triton":
+        from companion import kernels  # needs Triton; `import companion` does not
+
+        return kernels.rotate(x, *table, layout, s)
     return _rope_fast.rotate(x, cos, sin, layout, fused)
 
 
@@ -405,12 +413,8 @@ def apply_rope_complex(x: Tensor, freqs_cis: Tensor, *, seq_dim: int = -2) -> Te
     """
     x = _validate.tensor("x", x, min_ndim=2, meaning="(..., L, D)")
     _validate.even_size("x", x, -1, "head_dim: RoPE rotates pairs")
-    s = _validate.axis(
-        "seq_dim", seq_dim, x.ndim, exclude=-1, why="not the last, head_dim"
-    )
-    freqs_cis = _validate.tensor(
-        "freqs_cis", freqs_cis, dtype="complex", min_ndim=2, max_ndim=3
-    )
+    s = _validate.axis("seq_dim", seq_dim, x.ndim, exclude=-1, why="not the last, head_dim")
+    freqs_cis = _validate.tensor("freqs_cis", freqs_cis, dtype="complex", min_ndim=2, max_ndim=3)
     _validate.same_device("freqs_cis", freqs_cis, "x", x)
     f = _align_table("freqs_cis", freqs_cis, x, s)  # (.., L, 1.., D/2)
     compute = torch.complex128 if x.dtype == torch.float64 else torch.complex64
