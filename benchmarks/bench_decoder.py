@@ -1,19 +1,22 @@
-"""Benchmark: one greedy decoding step with and without the KV cache, as the sequence grows.
+"""Benchmark: one greedy decoding step with and without the KV cache, as the sequence
+grows.
 
 A Llama-shaped model with random weights (Hugging Face ``LlamaForCausalLM`` built from a
 small config, no download) is copied with :func:`companion.decoder.from_hf`. For each
-context length ``S`` two cases are timed side by side in one run (``harness.time_cases``),
+context length ``S`` two cases are timed side by side in one run
+(``harness.time_cases``),
 on the same tokens:
 
-- ``with cache``: ``model.decode(next_token, past)``, one query at position ``S`` against the
-  ``S`` cached keys and values of every layer (what :func:`companion.decoder.generate` does
-  for each new token);
+- ``with cache``: ``model.decode(next_token, past)``, one query at position ``S``
+  against the ``S`` cached keys and values of every layer (what
+  :func:`companion.decoder.generate` does for each new token);
 - ``without cache``: ``model(ids)`` on all ``S + 1`` tokens, the last row of logits kept
   (what decoding without a cache recomputes for every new token).
 
 Both give the same next-token logits (the largest difference is printed). The ratio
 ``without / with`` is the speed-up the cache buys at that length; the ratio of the
-no-cache time at the largest and smallest length shows how recomputation grows with ``S``.
+no-cache time at the largest and smallest length shows how recomputation grows with
+``S``.
 
 Run from the repository root (``make bench`` does)::
 
@@ -104,9 +107,11 @@ def main() -> None:
     )
     first, last = rows[0], rows[-1]
     report.note(
-        f"From S = {first['length']} to S = {last['length']} ({last['length'] / first['length']:.0f}x "
-        f"longer) the step without cache takes {last['without_ms'] / first['without_ms']:.1f}x "
-        f"longer, the cached step {last['with_ms'] / first['with_ms']:.1f}x."
+        f"From S = {first['length']} to S = {last['length']} "
+        f"({last['length'] / first['length']:.0f}x longer) the step without cache "
+        "takes "
+        f"{last['without_ms'] / first['without_ms']:.1f}x longer, the cached step "
+        f"{last['with_ms'] / first['with_ms']:.1f}x."
     )
     report.goal(
         "the cached step is faster than recomputation at every length, same logits",

@@ -1,13 +1,13 @@
 """Tests of companion.decoder against Hugging Face transformers (the oracle).
 
-Every architecture and every variation the issue lists is built as a tiny Hugging Face model
-with random weights (no download), copied with ``from_hf``, and compared: logits within 1e-4
-(float32) on a sequence longer than the original context where positions are scaled, and
-greedy KV-cache tokens identical to Hugging Face's ``generate(do_sample=False)`` for 20 new
-tokens. Weights are drawn larger than Hugging Face's initialisation (std 0.02 gives almost
-uniform attention, where a wrong position scheme would hardly show); a companion test checks
-that each variation moves the logits by far more than the tolerance, so the comparison can
-fail.
+Every architecture and every variation ``from_hf`` supports is built as a tiny Hugging
+Face model with random weights (no download), copied with ``from_hf``, and compared:
+logits within 1e-4 (float32) on a sequence longer than the original context where
+positions are scaled, and greedy KV-cache tokens identical to Hugging Face's
+``generate(do_sample=False)`` for 20 new tokens. Weights are drawn larger than Hugging
+Face's initialization (std 0.02 gives almost uniform attention, where a wrong position
+scheme would hardly show); a companion test checks that each variation moves the logits
+by far more than the tolerance, so the comparison can fail.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def _one_thread():
 
 
 def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Weights large enough for attention to be far from uniform (see the module docstring)."""
+    """Weights large enough for attention to be far from uniform (module docstring)."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -210,7 +210,7 @@ def _owner(model: nn.Module, name: str) -> str:
 
 
 def build(name: str, seed: int = 0) -> nn.Module:
-    """A fresh Hugging Face model of variant ``name`` (fresh: dynamic NTK keeps state)."""
+    """A fresh Hugging Face model of variant ``name`` (dynamic NTK keeps state)."""
     cls, cfg = VARIANTS[name]
     torch.manual_seed(seed)
     return randomize(
@@ -242,7 +242,7 @@ def hf_generate(hf: nn.Module, ids: torch.Tensor, new: int) -> torch.Tensor:
     )
 
 
-# ---- the oracle: Hugging Face ----------------------------------------------------------
+# ---- the oracle: Hugging Face --------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -268,8 +268,8 @@ def test_greedy_tokens_match_hugging_face_generate(name: str) -> None:
     assert torch.equal(got, expected)
 
 
-# Each variation against its base, the same weights loaded: the logits move by far more than
-# the tolerance, so the comparisons above can fail.
+# Each variation against its base, the same weights loaded: the logits move by far more
+# than the tolerance, so the comparisons above can fail.
 CONTRASTS = [
     ("llama-linear", "llama"),
     ("llama-dynamic", "llama"),
@@ -320,8 +320,9 @@ def test_non_power_of_two_alibi_uses_the_interleaved_slopes() -> None:
 
 @pytest.mark.parametrize("name", ["llama-gqa", "gpt2", "neox", "bloom", "llama-yarn"])
 def test_bfloat16_copy_is_as_close_to_hugging_face_as_its_rounding(name: str) -> None:
-    # in bfloat16 the two implementations round differently; the copy keeps the dtype and
-    # stays within twice the distance between Hugging Face's bfloat16 and float32 logits
+    # in bfloat16 the two implementations round differently; the copy keeps the dtype
+    # and stays within twice the distance between Hugging Face's bfloat16 and float32
+    # logits
     hf = build(name).to(torch.bfloat16)
     ids = tokens(2, 24)
     with torch.no_grad():
@@ -333,7 +334,7 @@ def test_bfloat16_copy_is_as_close_to_hugging_face_as_its_rounding(name: str) ->
     assert (got.float() - expected).abs().max() <= 2 * rounding
 
 
-# ---- the KV cache ------------------------------------------------------------------------
+# ---- the KV cache --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -395,8 +396,9 @@ def test_generate_without_cache_gives_the_same_tokens(name: str) -> None:
 
 
 def test_dynamic_ntk_cache_keeps_keys_of_earlier_frequencies() -> None:
-    # past the context, recomputing everything rotates old keys with the new base; the cache
-    # keeps the base each key was made with (Hugging Face does the same): logits differ
+    # past the context, recomputing everything rotates old keys with the new base; the
+    # cache keeps the base each key was made with (Hugging Face does the same): logits
+    # differ
     model = from_hf(build("llama-dynamic"))
     ids = tokens(1, 30)
     with torch.no_grad():
@@ -443,7 +445,7 @@ def test_the_copy_uses_companion_functions(monkeypatch: pytest.MonkeyPatch) -> N
     assert calls == {"attention": 2, "rope": 4}  # 2 layers; q and k in each
 
 
-# ---- unsupported architectures and options ----------------------------------------------
+# ---- unsupported architectures and options -------------------------------------------
 
 
 def _mistral() -> nn.Module:
@@ -501,7 +503,7 @@ def test_unsupported_options_raise_naming_them(make, match: str) -> None:
         from_hf(make())
 
 
-# ---- validation table --------------------------------------------------------------------
+# ---- validation table ----------------------------------------------------------------
 
 
 def _model() -> Decoder:
@@ -563,7 +565,8 @@ BAD_INPUTS = [
         "generate",
         lambda: generate(_model(), _IDS, 61),
         ValueError,
-        r"max_new_tokens must be at most 60 here: the learned position table has 64 rows",
+        r"max_new_tokens must be at most 60 here: the learned position table has 64 "
+        "rows",
     ),
     (
         "generate",

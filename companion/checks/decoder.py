@@ -1,4 +1,4 @@
-r"""Checkers for chapter 08 (:ref:`ch-real-models`): the KV cache and grouped-query heads."""
+r"""Checkers for chapter 08 (:ref:`ch-real-models`): the KV cache, key/value heads."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable[..., object]) -> Iterator[Case
 
 
 def _repeat_kv(x: Tensor, groups: int) -> Tensor:
-    """Hugging Face's ``repeat_kv``: head ``h`` of the output is key head ``h // groups``."""
+    """Hugging Face's ``repeat_kv``: output head ``h`` is key head ``h // groups``."""
     return x.repeat_interleave(groups, dim=1)
 
 
@@ -136,19 +136,21 @@ def _cached(q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Tensor):
 
 @checker
 def check_cached_attention(cached_attention: Callable[..., object]) -> Iterator[Case]:
-    r"""Check ``cached_attention(query, key, value, past_key, past_value)``: one decoding
-    step of attention with a KV cache.
+    r"""Check ``cached_attention(query, key, value, past_key, past_value)``: one
+    decoding step of attention with a KV cache.
 
     ``query``, ``key``, ``value`` belong to the one new token, ``(B, H, 1, D)`` (keys
     already rotated); ``past_key``, ``past_value`` are the cache, ``(B, H, S, D)``. The
-    answer is the triple ``(output, keys, values)``: the attention output ``(B, H, 1, D)``
-    of the new query over all ``S + 1`` keys, and the grown cache ``(B, H, S + 1, D)``
-    with the new key and value last. Named mistakes: "new token left out" (attends to the
-    cache only), "top-left causal mask" (``is_causal=True`` with one query lets it see
-    only the first key), "no 1/sqrt(D) scale", "new key put first".
+    answer is the triple ``(output, keys, values)``: the attention output
+    ``(B, H, 1, D)`` of the new query over all ``S + 1`` keys, and the grown cache
+    ``(B, H, S + 1, D)`` with the new key and value last. Named mistakes: "new token
+    left out" (attends to the cache only), "top-left causal mask" (``is_causal=True``
+    with one query lets it see only the first key), "no 1/sqrt(D) scale", "new key put
+    first".
 
     Args:
-        cached_attention: a function of five tensors returning ``(output, keys, values)``.
+        cached_attention: a function of five tensors returning
+            ``(output, keys, values)``.
 
     Returns:
         ``True`` when every case passes; ``False`` for the exercise's stub.

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from companion import checks
 
-# ---- check_kv_cache_bytes --------------------------------------------------------------
+# ---- check_kv_cache_bytes ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_kv_cache_bytes_stub_is_not_attempted(capsys) -> None:
     assert "not attempted yet" in capsys.readouterr().out
 
 
-# ---- check_repeat_kv -------------------------------------------------------------------
+# ---- check_repeat_kv -----------------------------------------------------------------
 
 
 def repeat_expand(x, groups):
@@ -92,7 +92,7 @@ def test_repeat_kv_names(named) -> None:
           "heads tiled, not grouped")  # fmt: skip
 
 
-# ---- check_cached_attention ------------------------------------------------------------
+# ---- check_cached_attention ----------------------------------------------------------
 
 
 def cached_sdpa(query, key, value, past_key, past_value):
