@@ -80,12 +80,13 @@ def _title(path: Path) -> str:
 
 
 def _printed_code() -> str:
-    """Every piece of code the book can print, squashed: notebook cells, code fences and the
-    companion sources (literalinclude)."""
+    """Every piece of code the book can print, squashed: notebook cells, code fences, inline
+    code and the companion sources (literalinclude)."""
     parts = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "companion").rglob("*.py"))]
     for path in _toc_files():
         parts += [c["source"] for c in _cells(path) if c["type"] == "code"]
         parts += [c["source"] for c in _cells(path) if "```" in c["source"]]
+        parts += [span for c in _cells(path) for span in re.findall(r"`([^`\n]+)`", c["source"])]
     return _squash("\n".join(parts))
 
 
@@ -111,13 +112,18 @@ def test_every_page_of_the_book_is_in_the_pdf(path: Path) -> None:
 
 
 def test_no_formula_is_left_as_raw_tex() -> None:
+    """Each TeX fragment in the PDF (the whitespace-free run of text around it) must be
+    code the book prints on purpose."""
     code = _printed_code()
-    raw = [
-        line
-        for line in _pdf_text().splitlines()
-        if RAW_TEX.search(line) and _squash(line) not in code
-    ]
-    assert not raw, f"{len(raw)} lines of raw TeX outside printed code, e.g. {raw[:5]}"
+    raw = []
+    for line in _pdf_text().splitlines():
+        for match in RAW_TEX.finditer(line):
+            start = line.rfind(" ", 0, match.start()) + 1
+            end = line.find(" ", match.end())
+            token = line[start : None if end < 0 else end]
+            if _squash(token) not in code:
+                raw.append(f"{token!r} in {line.strip()[:80]!r}")
+    assert not raw, f"{len(raw)} raw TeX fragments outside printed code, e.g. {raw[:5]}"
 
 
 def test_the_solutions_are_printed_unfolded() -> None:
@@ -127,10 +133,8 @@ def test_the_solutions_are_printed_unfolded() -> None:
     missing = []
     for chapter, cells in solutions.items():
         for source in cells:
-            # the first three non-comment lines of each solution cell
-            lines = [
-                ln for ln in source.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
-            ]
+            # the first three lines of each solution cell, in order
+            lines = [ln for ln in source.splitlines() if ln.strip()]
             if lines and _squash("\n".join(lines[:3])) not in text:
                 missing.append(f"{chapter}: {lines[0][:60]}")
     assert not missing, f"{len(missing)} solutions not printed, e.g. {missing[:5]}"
