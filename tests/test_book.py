@@ -145,6 +145,8 @@ def test_exercises_have_gated_solutions_that_run_a_checker(nb_path: Path) -> Non
         elif current is not None:
             solutions[current].append(cell)
     assert current is None, f"{nb_path.name}: solution {current} is never closed"
+    orphans = sorted(set(solutions) - set(exercises))
+    assert not orphans, f"{nb_path.name}: solutions without an exercise block: {orphans}"
     for label in exercises:
         assert label in solutions, f"{nb_path.name}: exercise {label} has no solution"
         body = "\n".join(source(c) for c in solutions[label])
