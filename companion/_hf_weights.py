@@ -1,0 +1,348 @@
+r"""Reading a Hugging Face causal LM for :func:`companion.decoder.from_hf`.
+
+Its config becomes the fields of a :class:`companion.decoder.DecoderSpec` (after
+checking that the copy implements every option), its weights are copied into a
+:class:`companion.decoder.Decoder`, with each family's conversions (see
+:func:`~companion.decoder.from_hf`). Private: it is tested through ``from_hf``; it
+imports nothing from :mod:`companion.decoder`, which imports it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+if TYPE_CHECKING:
+    from companion.decoder import Decoder
+
+__all__: list[str] = []  # private: nothing here is part of the documented API
+
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "GPT2LMHeadModel": "gpt2",
+    "GPTNeoXForCausalLM": "gpt_neox",
+    "BloomForCausalLM": "bloom",
+}
+"""The Hugging Face classes :func:`companion.decoder.from_hf` copies, and the family
+name each gets."""
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+"""The RoPE scaling types (``rope_parameters["rope_type"]``) a copy follows."""
+
+# Hugging Face activation names -> the same function in torch
+ACTIVATIONS = {
+    "silu": F.silu,
+    "swish": F.silu,
+    "relu": F.relu,
+    "gelu": F.gelu,  # the exact (erf) GELU
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's tanh approximation
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
+    "bloom_gelu": lambda x: F.gelu(x, approximate="tanh"),  # BLOOM's BloomGelu
+}
+
+
+# ---- reading the config --------------------------------------------------------------
+
+
+def _unsupported(what: str) -> ValueError:
+    return ValueError(f"{what} is not supported by companion.decoder.from_hf")
+
+
+def _rope_parameters(config: Any, rotary_dim: int) -> dict[str, Any]:
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise _unsupported(f"rope_type {kind!r} (supported: {', '.join(ROPE_TYPES)})")
+    params["rope_type"] = kind
+    if kind == "yarn":
+        if params.get("factor") is None:  # DeepSeek's convention
+            params["factor"] = (
+                config.max_position_embeddings
+                / params["original_max_position_embeddings"]
+            )
+        if params.get("attention_factor") is None and params.get("mscale"):
+            mscale, all_dim = params.get("mscale"), params.get("mscale_all_dim")
+            if all_dim:  # DeepSeek's ratio of two YaRN factors
+
+                def get(s: float, m: float) -> float:
+                    return 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
+
+                params["attention_factor"] = get(params["factor"], mscale) / get(
+                    params["factor"], all_dim
+                )
+    if rotary_dim < 4 and kind == "dynamic":
+        raise _unsupported(f"dynamic NTK with rotary_dim {rotary_dim} (needs >= 4)")
+    return params
+
+
+def _check_common(config: Any) -> None:
+    if getattr(config, "sliding_window", None) is not None:
+        raise _unsupported(
+            f"sliding-window attention (sliding_window={config.sliding_window})"
+        )
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types and any(t != "full_attention" for t in layer_types):
+        raise _unsupported(f"layer_types {sorted(set(layer_types))}")
+    if getattr(config, "add_cross_attention", False):
+        raise _unsupported("cross-attention (add_cross_attention=True)")
+    if getattr(config, "is_encoder_decoder", False):
+        raise _unsupported("an encoder-decoder model")
+
+
+def _activation(name: object) -> str:
+    if not isinstance(name, str) or name not in ACTIVATIONS:
+        raise _unsupported(f"activation {name!r} (supported: {', '.join(ACTIVATIONS)})")
+    return name
+
+
+def _tied(model: nn.Module) -> bool:
+    return model.get_output_embeddings().weight is model.get_input_embeddings().weight
+
+
+def _spec_llama(model: nn.Module) -> dict[str, Any]:
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    params = _rope_parameters(c, head_dim)
+    if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise _unsupported(
+            f"partial_rotary_factor {params['partial_rotary_factor']} in a Llama model"
+        )
+    kv = c.num_key_value_heads or c.num_attention_heads
+    return dict(
+        family="llama",
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads,
+        num_kv_heads=kv,
+        head_dim=head_dim,
+        intermediate_size=c.intermediate_size,
+        positions="rope",
+        norm="rms",
+        eps=float(c.rms_norm_eps),
+        mlp="gated",
+        activation=_activation(c.hidden_act),
+        parallel_residual=False,
+        tied_embeddings=_tied(model),
+        qkv_bias=bool(c.attention_bias),
+        out_bias=bool(c.attention_bias),
+        mlp_bias=bool(getattr(c, "mlp_bias", False)),
+        max_positions=c.max_position_embeddings,
+        rotary_dim=head_dim,
+        rope=params,
+        scales=(head_dim**-0.5,) * c.num_hidden_layers,
+    )
+
+
+def _spec_gpt2(model: nn.Module) -> dict[str, Any]:
+    c = model.config
+    head_dim = c.n_embd // c.n_head
+    scale = head_dim**-0.5 if c.scale_attn_weights else 1.0
+    inverse = bool(c.scale_attn_by_inverse_layer_idx)
+    return dict(
+        family="gpt2",
+        vocab_size=c.vocab_size,
+        hidden_size=c.n_embd,
+        num_layers=c.n_layer,
+        num_heads=c.n_head,
+        num_kv_heads=c.n_head,
+        head_dim=head_dim,
+        intermediate_size=c.n_inner or 4 * c.n_embd,
+        positions="learned",
+        norm="layer",
+        eps=float(c.layer_norm_epsilon),
+        mlp="plain",
+        activation=_activation(c.activation_function),
+        parallel_residual=False,
+        tied_embeddings=_tied(model),
+        qkv_bias=True,
+        out_bias=True,
+        mlp_bias=True,
+        max_positions=c.n_positions,
+        scales=tuple(scale / (i + 1) if inverse else scale for i in range(c.n_layer)),
+    )
+
+
+def _spec_gpt_neox(model: nn.Module) -> dict[str, Any]:
+    c = model.config
+    head_dim = c.hidden_size // c.num_attention_heads
+    partial = float((c.rope_parameters or {}).get("partial_rotary_factor", 1.0))
+    rotary_dim = int(head_dim * partial)  # HF's rotary_ndims
+    if rotary_dim < 2 or rotary_dim % 2:
+        raise _unsupported(
+            f"partial_rotary_factor {partial} (rotary_ndims {rotary_dim} must be "
+            "even, >= 2)"
+        )
+    return dict(
+        family="gpt_neox",
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads,
+        num_kv_heads=c.num_attention_heads,
+        head_dim=head_dim,
+        intermediate_size=c.intermediate_size,
+        positions="rope",
+        norm="layer",
+        eps=float(c.layer_norm_eps),
+        mlp="plain",
+        activation=_activation(c.hidden_act),
+        parallel_residual=bool(c.use_parallel_residual),
+        tied_embeddings=_tied(model),
+        qkv_bias=bool(c.attention_bias),
+        out_bias=bool(c.attention_bias),
+        mlp_bias=True,
+        max_positions=c.max_position_embeddings,
+        rotary_dim=rotary_dim,
+        rope=_rope_parameters(c, rotary_dim),
+        scales=(head_dim**-0.5,) * c.num_hidden_layers,
+    )
+
+
+def _spec_bloom(model: nn.Module) -> dict[str, Any]:
+    c = model.config
+    head_dim = c.hidden_size // c.n_head
+    return dict(
+        family="bloom",
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_layers=c.n_layer,
+        num_heads=c.n_head,
+        num_kv_heads=c.n_head,
+        head_dim=head_dim,
+        intermediate_size=4 * c.hidden_size,
+        positions="alibi",
+        norm="layer",
+        eps=float(c.layer_norm_epsilon),
+        mlp="plain",
+        activation="bloom_gelu",
+        parallel_residual=False,
+        residual_from_norm=bool(c.apply_residual_connection_post_layernorm),
+        embedding_norm=True,
+        tied_embeddings=_tied(model),
+        qkv_bias=True,
+        out_bias=True,
+        mlp_bias=True,
+        scales=(head_dim**-0.5,) * c.n_layer,
+    )
+
+
+_SPECS = {
+    "llama": _spec_llama,
+    "gpt2": _spec_gpt2,
+    "gpt_neox": _spec_gpt_neox,
+    "bloom": _spec_bloom,
+}
+
+
+def spec_fields(model: nn.Module, family: str) -> dict[str, Any]:
+    """The :class:`~companion.decoder.DecoderSpec` fields of ``model`` (one of
+    :data:`ARCHITECTURES`' families), after checking what every family shares."""
+    _check_common(model.config)
+    return _SPECS[family](model)
+
+
+# ---- copying the weights -------------------------------------------------------------
+
+
+def _copy(
+    dst: nn.Linear | nn.Module, weight: Tensor, bias: Tensor | None = None
+) -> None:
+    dst.weight.copy_(weight)
+    if bias is not None:
+        dst.bias.copy_(bias)
+
+
+def _split_fused(weight: Tensor, bias: Tensor | None, heads: int) -> list:
+    """GPT-NeoX's and BLOOM's fused ``query_key_value``: rows ``(H, 3, D)`` per head."""
+    e = weight.shape[1]
+    w = weight.view(heads, 3, -1, e)  # (H, q/k/v, D, E)
+    b = None if bias is None else bias.view(heads, 3, -1)
+    return [
+        (w[:, j].reshape(-1, e), None if b is None else b[:, j].reshape(-1))
+        for j in range(3)
+    ]
+
+
+def load_weights(dst: Decoder, model: nn.Module) -> None:
+    """Copy every weight of the Hugging Face ``model`` into its copy ``dst``."""
+    s = dst.spec
+    family = s.family
+    if family == "llama":
+        base = model.model
+        dst.embed.weight.copy_(base.embed_tokens.weight)
+        dst.final_norm.weight.copy_(base.norm.weight)
+        for block, layer in zip(dst.blocks, base.layers, strict=True):
+            a, m = layer.self_attn, layer.mlp
+            block.norm1.weight.copy_(layer.input_layernorm.weight)
+            block.norm2.weight.copy_(layer.post_attention_layernorm.weight)
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                _copy(
+                    getattr(block, name), getattr(a, name).weight, getattr(a, name).bias
+                )
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                _copy(
+                    getattr(block, name), getattr(m, name).weight, getattr(m, name).bias
+                )
+    elif family == "gpt2":
+        base = model.transformer
+        dst.embed.weight.copy_(base.wte.weight)
+        dst.position_embed.weight.copy_(base.wpe.weight)
+        _copy(dst.final_norm, base.ln_f.weight, base.ln_f.bias)
+        e = s.hidden_size
+        for block, layer in zip(dst.blocks, base.h, strict=True):
+            _copy(block.norm1, layer.ln_1.weight, layer.ln_1.bias)
+            _copy(block.norm2, layer.ln_2.weight, layer.ln_2.bias)
+            # Conv1D stores W as (in, out), x @ W + b: the transpose of Linear's weight
+            w, b = layer.attn.c_attn.weight, layer.attn.c_attn.bias  # (E, 3E), (3E,)
+            for j, name in enumerate(("q_proj", "k_proj", "v_proj")):
+                sl = slice(j * e, (j + 1) * e)
+                _copy(getattr(block, name), w[:, sl].t(), b[sl])
+            _copy(block.o_proj, layer.attn.c_proj.weight.t(), layer.attn.c_proj.bias)
+            _copy(block.up_proj, layer.mlp.c_fc.weight.t(), layer.mlp.c_fc.bias)
+            _copy(block.down_proj, layer.mlp.c_proj.weight.t(), layer.mlp.c_proj.bias)
+    else:  # gpt_neox and bloom: a fused query_key_value, head by head
+        if family == "gpt_neox":
+            base = model.gpt_neox
+            dst.embed.weight.copy_(base.embed_in.weight)
+            final, layers = base.final_layer_norm, base.layers
+        else:
+            base = model.transformer
+            dst.embed.weight.copy_(base.word_embeddings.weight)
+            _copy(
+                dst.embed_norm,
+                base.word_embeddings_layernorm.weight,
+                base.word_embeddings_layernorm.bias,
+            )
+            final, layers = base.ln_f, base.h
+        _copy(dst.final_norm, final.weight, final.bias)
+        for block, layer in zip(dst.blocks, layers, strict=True):
+            a = layer.attention if family == "gpt_neox" else layer.self_attention
+            _copy(block.norm1, layer.input_layernorm.weight, layer.input_layernorm.bias)
+            _copy(
+                block.norm2,
+                layer.post_attention_layernorm.weight,
+                layer.post_attention_layernorm.bias,
+            )
+            fused = _split_fused(
+                a.query_key_value.weight, a.query_key_value.bias, s.num_heads
+            )
+            for (w, b), name in zip(fused, ("q_proj", "k_proj", "v_proj"), strict=True):
+                _copy(getattr(block, name), w, b)
+            _copy(block.o_proj, a.dense.weight, a.dense.bias)
+            _copy(
+                block.up_proj,
+                layer.mlp.dense_h_to_4h.weight,
+                layer.mlp.dense_h_to_4h.bias,
+            )
+            _copy(
+                block.down_proj,
+                layer.mlp.dense_4h_to_h.weight,
+                layer.mlp.dense_4h_to_h.bias,
+            )
+    if not s.tied_embeddings:
+        dst.lm_head.weight.copy_(model.get_output_embeddings().weight)
