@@ -1,31 +1,34 @@
 r"""Plot helpers for the chapters.
 
-Each helper takes a matplotlib :class:`~matplotlib.axes.Axes`, draws on it, labels it and
-returns it. None of them changes global settings (no ``plt.style.use``, no ``rcParams``), so a
-learner's own plots are left alone. Tensors are moved to the CPU and converted to NumPy here,
-at the plotting boundary.
+Each helper takes a matplotlib :class:`~matplotlib.axes.Axes` ``ax``, draws on it,
+labels it (``title``, ``xlabel``, ``ylabel`` where it takes them) and returns it. None
+of them changes global settings (no ``plt.style.use``, no ``rcParams``), so a learner's
+own plots are left alone. Tensors are moved to the CPU and converted to NumPy here, at
+the plotting boundary.
 
-Most helpers draw *named series against x* (one labelled line per entry of a dict); they are
-thin callers of :func:`named_series`, which also gives every line its colour. The same scheme
-keeps the same colour in every chapter: a series whose label names an entry of
-:data:`SCHEME_COLORS` (``"rope"``, ``"ALiBi"``, ``"pre-LN"``, ``"YaRN"``, ``"torch"``...) is drawn
-in that colour; other series take the first colours of matplotlib's ``tab10`` cycle that the
-figure's schemes leave free.
+Most helpers draw *named series against x* (one labelled line per entry of a dict); they
+are thin callers of :func:`named_series`, which also gives every line its colour, and
+their docstrings list only what they add to it. The same scheme keeps the same colour in
+every chapter: a series whose label names an entry of :data:`SCHEME_COLORS` (``"rope"``,
+``"ALiBi"``, ``"pre-LN"``, ``"YaRN"``, ``"torch"``...) is drawn in that colour; other
+series take the first colours of matplotlib's ``tab10`` cycle that the figure's schemes
+leave free.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 
 import numpy as np
 import torch
 from matplotlib import colormaps
 from matplotlib.axes import Axes
-from matplotlib.colors import to_hex
 
-from companion import _validate
+from companion import _colors, _validate
+from companion._colors import TAB10 as _TAB10
+from companion._colors import scheme_color
+from companion._colors import scheme_key as _scheme_key
+from companion._diagrams import padded_batch_diagram
 
 __all__ = [
     "SCHEME_COLORS",
@@ -46,102 +49,16 @@ __all__ = [
     "wavelength_curves",
 ]
 
-# ---- Colours: one per scheme, the same in every chapter ----------------------------------
+# ---- Colours: one per scheme, the same in every chapter ------------------------------
 
-#: One colour per position scheme, context-extension method, normalization, implementation and
-#: dtype the chapters compare. Read-only. Groups that appear together in a figure have distinct
-#: colours; tab10 hues for schemes, PyTorch/Hugging Face/Meta brand hues for implementations.
-SCHEME_COLORS: Mapping[str, str] = MappingProxyType(
-    {
-        # position schemes (chapters 01, 02, 06)
-        "none": "#7f7f7f",
-        "sinusoidal": "#1f77b4",
-        "learned": "#8c564b",
-        "rope": "#d62728",
-        "alibi": "#2ca02c",
-        # context extension (chapter 03)
-        "pi": "#ff7f0e",
-        "ntk": "#9467bd",
-        "dynamic-ntk": "#e377c2",
-        "yarn": "#17becf",
-        "llama3": "#bcbd22",
-        # normalization and where it sits (chapter 05)
-        "batch": "#7570b3",
-        "layer": "#1b9e77",
-        "rms": "#d95f02",
-        "pre-ln": "#66a61e",
-        "post-ln": "#e7298a",
-        # implementations compared (chapters 02, 04, 07)
-        "companion": "#222222",
-        "torch": "#ee4c2c",
-        "hf": "#e6a100",
-        "meta": "#0668e1",
-        # dtypes (chapters 02, 07)
-        "float64": "#56b4e9",
-        "float32": "#0072b2",
-        "bfloat16": "#cc79a7",
-        "float16": "#009e73",
-    }
-)
-
-# Other spellings of each scheme (compared after lower-casing, dropping a trailing
-# parenthetical and turning spaces and underscores into hyphens).
-_OTHER_NAMES = {
-    "none": "no-scaling nope no-positions",
-    "sinusoidal": "sin sinusoidal-encoding",
-    "learned": "absolute learned-absolute",
-    "rope": "rotary",
-    "pi": "linear position-interpolation",
-    "ntk": "ntk-aware",
-    "dynamic-ntk": "dynamic dynamic-ntk-aware",
-    "llama3": "llama-3",
-    "batch": "batchnorm batch-norm",
-    "layer": "layernorm layer-norm",
-    "rms": "rmsnorm rms-norm",
-    "pre-ln": "pre-layernorm",
-    "post-ln": "post-layernorm",
-    "companion": "ours",
-    "torch": "pytorch",
-    "hf": "huggingface hugging-face transformers",
-    "float64": "fp64",
-    "float32": "fp32",
-    "bfloat16": "bf16",
-    "float16": "fp16",
-}
-_ALIASES = {alias: key for key, names in _OTHER_NAMES.items() for alias in names.split()}
-# matplotlib's default colour cycle, for series that name no scheme
-_TAB10 = tuple(to_hex(c) for c in colormaps["tab10"].colors)
+#: One colour per position scheme, context-extension method, normalization,
+#: implementation and dtype the chapters compare. Read-only. Groups that appear together
+#: in a figure have distinct colours; tab10 hues for schemes, PyTorch/Hugging Face/Meta
+#: brand hues for implementations. :func:`scheme_color` reads it under other spellings.
+SCHEME_COLORS: Mapping[str, str] = _colors.SCHEME_COLORS
 
 
-def _scheme_key(label: str) -> str | None:
-    key = re.sub(r"\s*\([^()]*\)\s*$", "", label.strip().lower())
-    key = re.sub(r"[\s_]+", "-", key)
-    key = _ALIASES.get(key, key)
-    return key if key in SCHEME_COLORS else None
-
-
-def scheme_color(name: str) -> str:
-    """The colour of a scheme, as a hex string: ``scheme_color("RoPE") == SCHEME_COLORS["rope"]``.
-
-    Case, spaces, underscores and a trailing parenthetical do not matter, and common other
-    names are understood (``"position interpolation"`` is ``"pi"``, ``"RMSNorm"`` is
-    ``"rms"``, ``"Hugging Face"`` is ``"hf"``).
-
-    Args:
-        name: a key of :data:`SCHEME_COLORS` or one of its other spellings.
-
-    Returns:
-        The colour, e.g. ``"#d62728"`` for RoPE.
-    """
-    _validate.instance("name", name, str, "a str")
-    key = _scheme_key(name)
-    if key is None:
-        listed = ", ".join(repr(k) for k in SCHEME_COLORS)
-        raise ValueError(f"name must name a scheme ({listed}), got {name!r}")
-    return SCHEME_COLORS[key]
-
-
-# ---- Converting at the plotting boundary ---------------------------------------------------
+# ---- Converting and checking at the plotting boundary --------------------------------
 
 
 def to_numpy(x: torch.Tensor | np.ndarray, *, name: str = "x") -> np.ndarray:
@@ -158,16 +75,19 @@ def to_numpy(x: torch.Tensor | np.ndarray, *, name: str = "x") -> np.ndarray:
         _validate.tensor(name, x, dtype=("floating", "integer", "bool"))
         return x.detach().to("cpu", torch.float64).numpy()
     _validate.instance(name, x, np.ndarray, "a torch.Tensor or numpy.ndarray")
-    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)) and (
-        x.dtype != np.bool_
-    ):
-        raise TypeError(f"{name} must be a real-valued array, got an array of dtype {x.dtype}")
+    if not (
+        np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
+    ) and (x.dtype != np.bool_):
+        raise TypeError(
+            f"{name} must be a real-valued array, got an array of dtype {x.dtype}"
+        )
     return x.astype(np.float64, copy=True)
 
 
-def _values(name: str, values: object) -> np.ndarray:
-    """A 1-D float64 array from a tensor, an array or a list of numbers."""
-    if isinstance(values, (list, tuple)):
+def _values(name: str, values: object, ndim: int = 1) -> np.ndarray:
+    """A float64 array of ``ndim`` dimensions from a tensor, an array or (1-D) a list
+    of numbers."""
+    if ndim == 1 and isinstance(values, (list, tuple)):
         try:
             values = np.asarray(values, dtype=np.float64)
         except (TypeError, ValueError):
@@ -175,23 +95,36 @@ def _values(name: str, values: object) -> np.ndarray:
                 f"{name} must be a 1-D tensor, array or list of numbers, got {values!r}"
             ) from None
     out = to_numpy(values, name=name)  # type: ignore[arg-type]
-    if out.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {out.shape}")
+    if out.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {out.shape}")
     return out
 
 
-def _series(name: str, series: object, *, nonempty: bool = True) -> dict[str, np.ndarray]:
-    _validate.instance(name, series, Mapping, "a dict of label -> values")
-    if nonempty and not series:
-        raise ValueError(f"{name} must name at least one series, got an empty dict")
+def _labelled(name: str, value: object, expected: str, empty: str = "") -> Mapping:
+    """A dict keyed by label; not an empty one when ``empty`` says what it must hold."""
+    _validate.instance(name, value, Mapping, expected)
+    if empty and not value:
+        raise ValueError(f"{name} must {empty}, got an empty dict")
+    return value
+
+
+def _series(name: str, series: object) -> dict[str, np.ndarray]:
+    data = _labelled(
+        name, series, "a dict of label -> values", "name at least one series"
+    )
     out = {}
-    for label, values in series.items():
+    for label, values in data.items():
         _validate.instance(f"{name} label", label, str, "a str")
         out[label] = _values(f"{name}[{label!r}]", values)
     return out
 
 
-# ---- Named series against x: the one line-drawing loop ------------------------------------
+def _log_if(logy: object) -> str:
+    """The ``yscale`` of a helper's ``logy`` flag."""
+    return "log" if _validate.flag("logy", logy) else "linear"
+
+
+# ---- Named series against x: the one line-drawing loop -------------------------------
 
 _SCALES = ("linear", "log", "log2")
 
@@ -215,24 +148,26 @@ def named_series(
     ylabel: str = "",
     names: tuple[str, str] = ("x", "series"),
 ) -> Axes:
-    """Draw each named series as a labelled line against ``x``: the loop every helper shares.
+    """Draw each named series as a labelled line against ``x``: the shared loop.
 
-    Colours: ``colors[label]`` when given (a matplotlib colour or a scheme name), else the
-    scheme's colour when the label names one (:func:`scheme_color`), else the next ``tab10``
-    colour that no scheme in this call uses.
+    Colours: ``colors[label]`` when given (a matplotlib colour or a scheme name), else
+    the scheme's colour when the label names one (:func:`scheme_color`), else the next
+    ``tab10`` colour that no scheme in this call uses.
 
     Args:
         ax: the axes to draw on.
-        x: the abscissae, 1-D; ``None`` draws each series against ``1, 2, ..., n`` (layer
-            or block numbers).
+        x: the abscissae, 1-D; ``None`` draws each series against ``1, 2, ..., n``
+            (layer or block numbers).
         series: label -> ordinates, each 1-D with the length of ``x``.
         colors: label -> colour, overriding the automatic choice for those labels.
         marker: a matplotlib marker for every line (e.g. ``"o"``, ``"."``).
         markersize: the marker size in points (``None``: matplotlib's).
         xscale: ``"linear"``, ``"log"`` (base 10) or ``"log2"``.
         yscale: ``"linear"``, ``"log"`` or ``"log2"``.
-        floor: draw values below it at it (e.g. ``1e-300`` so exact zeros show on log axes).
-        spread: label -> ``(low, high)`` arrays, drawn as a shaded band in the line's colour.
+        floor: draw values below it at it (e.g. ``1e-300`` so exact zeros show on log
+            axes).
+        spread: label -> ``(low, high)`` arrays, drawn as a shaded band in the line's
+            colour.
         yerr: label -> error-bar half-widths, drawn as error bars in the line's colour.
         legend: ``"auto"`` (a legend when there are two or more series), ``"best"``,
             ``"outside"`` (right of the axes, never over the data) or ``"none"``.
@@ -240,7 +175,8 @@ def named_series(
         xlabel: x-axis label.
         ylabel: y-axis label.
         names: the names of ``x`` and ``series`` in error messages (a helper that calls
-            this one with its own arguments, e.g. ``("positions", "errors")``, passes them).
+            this one with its own arguments, e.g. ``("positions", "errors")``, passes
+            them).
 
     Returns:
         ``ax``.
@@ -259,23 +195,28 @@ def named_series(
     for extra_name, extra in (("colors", colors), ("spread", spread), ("yerr", yerr)):
         if extra is None:
             continue
-        _validate.instance(extra_name, extra, Mapping, "a dict keyed by series label")
+        _labelled(extra_name, extra, "a dict keyed by series label")
         unknown = sorted(set(extra) - set(data))
         if unknown:
             raise ValueError(
-                f"{extra_name} must be keyed by labels of series {sorted(data)}, got {unknown}"
+                f"{extra_name} must be keyed by labels of series {sorted(data)}, "
+                f"got {unknown}"
             )
         extras[extra_name] = extra
     lines_x = {}
     for label, ys in data.items():
         lx = np.arange(1.0, len(ys) + 1) if xs is None else xs
         if ys.shape != lx.shape:
-            raise ValueError(f"{sn} {label!r} has shape {ys.shape}, {xn} has shape {lx.shape}")
+            raise ValueError(
+                f"{sn} {label!r} has shape {ys.shape}, {xn} has shape {lx.shape}"
+            )
         lines_x[label] = lx
     bands = {}
     for label, pair in extras.get("spread", {}).items():
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise TypeError(f"spread[{label!r}] must be a (low, high) pair, got {pair!r}")
+            raise TypeError(
+                f"spread[{label!r}] must be a (low, high) pair, got {pair!r}"
+            )
         low, high = (_values(f"spread[{label!r}]", v) for v in pair)
         if low.shape != data[label].shape or high.shape != data[label].shape:
             raise ValueError(
@@ -287,7 +228,9 @@ def named_series(
     for label, err in extras.get("yerr", {}).items():
         e = _values(f"yerr[{label!r}]", err)
         if e.shape != data[label].shape:
-            raise ValueError(f"yerr[{label!r}] must have shape {data[label].shape}, got {e.shape}")
+            raise ValueError(
+                f"yerr[{label!r}] must have shape {data[label].shape}, got {e.shape}"
+            )
         errs[label] = e
 
     chosen = dict(extras.get("colors", {}))
@@ -312,7 +255,9 @@ def named_series(
         else:
             ax.plot(lines_x[label], ys, **style)
         if label in bands:
-            ax.fill_between(lines_x[label], *bands[label], color=color, alpha=0.2, linewidth=0)
+            ax.fill_between(
+                lines_x[label], *bands[label], color=color, alpha=0.2, linewidth=0
+            )
     for setter, scale in ((ax.set_xscale, xscale), (ax.set_yscale, yscale)):
         if scale == "log2":
             setter("log", base=2)
@@ -326,20 +271,28 @@ def named_series(
     return ax
 
 
-# ---- Matrices as images ------------------------------------------------------------------
+# ---- Matrices as images --------------------------------------------------------------
 
 
-def _colormap(cmap: object) -> None:
+def _image(
+    ax: Axes, matrix: object, cmap: object, colorbar: object
+) -> tuple[np.ndarray, bool]:
+    """The checks :func:`heatmap` and :func:`masked_heatmap` share: the matrix, 2-D."""
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    m = _values("matrix", matrix, ndim=2)
     _validate.instance("cmap", cmap, str, "a matplotlib colormap name")
     if cmap not in colormaps:
-        raise ValueError(f"cmap must be a matplotlib colormap name such as 'viridis', got {cmap!r}")
+        raise ValueError(
+            f"cmap must be a matplotlib colormap name such as 'viridis', got {cmap!r}"
+        )
+    return m, _validate.flag("colorbar", colorbar)
 
 
-def _matrix(name: str, matrix: object) -> np.ndarray:
-    m = to_numpy(matrix, name=name)  # type: ignore[arg-type]
-    if m.ndim != 2:
-        raise ValueError(f"{name} must be 2-D, got shape {m.shape}")
-    return m
+def _show(ax: Axes, image: object, colorbar: bool, **labels: str) -> Axes:
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax)
+    ax.set(**labels)
+    return ax
 
 
 def heatmap(
@@ -372,11 +325,8 @@ def heatmap(
     Returns:
         ``ax``.
     """
-    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
-    m = _matrix("matrix", matrix)
-    _colormap(cmap)
+    m, colorbar = _image(ax, matrix, cmap, colorbar)
     symmetric = _validate.flag("symmetric", symmetric)
-    colorbar = _validate.flag("colorbar", colorbar)
     for name, labels, size in (
         ("xticklabels", xticklabels, m.shape[1]),
         ("yticklabels", yticklabels, m.shape[0]),
@@ -392,15 +342,14 @@ def heatmap(
         vmin = -vmax
     else:
         vmin, vmax = (float(m.min()), float(m.max())) if m.size else (0.0, 1.0)
-    image = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
-    if colorbar:
-        ax.figure.colorbar(image, ax=ax)
+    image = ax.imshow(
+        m, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest"
+    )
     if xticklabels is not None:
         ax.set_xticks(range(len(xticklabels)), labels=xticklabels)
     if yticklabels is not None:
         ax.set_yticks(range(len(yticklabels)), labels=yticklabels)
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    return ax
+    return _show(ax, image, colorbar, title=title, xlabel=xlabel, ylabel=ylabel)
 
 
 def masked_heatmap(
@@ -413,34 +362,23 @@ def masked_heatmap(
     cmap: str = "viridis",
     colorbar: bool = True,
 ) -> Axes:
-    """Draw a 2-D matrix whose ``-inf``/``nan`` entries (masked positions) show in light grey.
+    """Draw a 2-D matrix whose ``-inf``/``nan`` entries (masked positions) show in light
+    grey; otherwise as :func:`heatmap` (whose arguments these are).
 
     Args:
-        ax: the axes to draw on.
         matrix: a 2-D tensor or array, e.g. an attention bias with a causal mask.
-        title: axes title.
-        xlabel: x-axis label (columns).
-        ylabel: y-axis label (rows).
         cmap: a matplotlib colormap name for the finite entries.
-        colorbar: add a colour bar next to the axes.
-
-    Returns:
-        ``ax``.
     """
-    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
-    m = _matrix("matrix", matrix)
-    _colormap(cmap)
-    colorbar = _validate.flag("colorbar", colorbar)
+    m, colorbar = _image(ax, matrix, cmap, colorbar)
     masked = np.ma.masked_invalid(m)
-    colours = colormaps[cmap].with_extremes(bad="0.85")  # a copy: the registry is untouched
+    colours = colormaps[cmap].with_extremes(
+        bad="0.85"
+    )  # a copy: the registry is untouched
     image = ax.imshow(masked, cmap=colours, aspect="auto", interpolation="nearest")
-    if colorbar:
-        ax.figure.colorbar(image, ax=ax)
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    return ax
+    return _show(ax, image, colorbar, title=title, xlabel=xlabel, ylabel=ylabel)
 
 
-# ---- Sinusoidal positional encoding (book/01_sinusoidal_encoding) ------------------------
+# ---- Sinusoidal positional encoding (book/01_sinusoidal_encoding) --------------------
 
 
 def encoding_columns(
@@ -455,13 +393,8 @@ def encoding_columns(
     The legend sits to the right of the axes, off the waves.
 
     Args:
-        ax: the axes to draw on.
         encoding: a 2-D table, rows are positions.
         columns: the column indices to draw, one curve each (labelled ``dim j``).
-        title: axes title.
-
-    Returns:
-        ``ax``.
     """
     _validate.instance("ax", ax, Axes, "a matplotlib Axes")
     table = to_numpy(encoding, name="encoding")
@@ -493,124 +426,26 @@ def curves(
     logy: bool = False,
     marker: str = "",
 ) -> Axes:
-    """Plot one or more labelled curves ``y(x)`` on shared axes.
+    """Plot one or more labelled curves ``y(x)`` on shared axes: :func:`named_series`
+    with a linear x axis and a legend for two or more curves.
 
     Args:
-        ax: the axes to draw on.
-        x: the abscissae, 1-D.
-        series: label -> ordinates, each 1-D with the length of ``x``.
-        title: axes title.
-        xlabel: x-axis label.
-        ylabel: y-axis label.
         logy: use a logarithmic y axis.
-        marker: a matplotlib marker for every curve (e.g. ``"."``).
-
-    Returns:
-        ``ax``.
     """
-    logy = _validate.flag("logy", logy)
     return named_series(
         ax,
         x,
         series,
         marker=marker,
-        yscale="log" if logy else "linear",
+        yscale=_log_if(logy),
         title=title,
         xlabel=xlabel,
         ylabel=ylabel,
     )
 
 
-# ---- Normalization (book/05_normalization) -----------------------------------------------
-
-
-def padded_batch_diagram(
-    ax: Axes,
-    sentences: list[list[str]],
-    *,
-    dim: int = 4,
-    mode: str = "batch",
-    feature: int = 0,
-    token: tuple[int, int] = (0, 0),
-    pad: str = "PAD",
-) -> Axes:
-    """Draw a padded batch of sentences and the entries one normalization statistic pools.
-
-    Each sentence is a block of ``dim`` feature rows by ``L`` position columns (``L`` the
-    longest sentence); padding cells are hatched grey. ``mode="batch"`` shades feature row
-    ``feature`` in every sentence and at every position, padding included: the entries that
-    BatchNorm averages over for that feature (``(B, D, L)`` layout, as
-    :class:`torch.nn.BatchNorm1d`). ``mode="layer"`` shades the column of one token
-    ``token = (sentence, position)``: the entries LayerNorm averages over.
-
-    Args:
-        ax: the axes to draw on.
-        sentences: the tokens of each sentence.
-        dim: number of feature rows to draw.
-        mode: ``"batch"`` or ``"layer"``.
-        feature: the feature row shaded in ``"batch"`` mode.
-        token: the ``(sentence, position)`` column shaded in ``"layer"`` mode.
-        pad: the label of padding positions.
-
-    Returns:
-        ``ax``.
-    """
-    from matplotlib.patches import Rectangle
-
-    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
-    mode = _validate.choice("mode", mode, ("batch", "layer"))
-    _validate.instance("sentences", sentences, (list, tuple), "a list of token lists")
-    if not sentences or any(not isinstance(s, (list, tuple)) or len(s) == 0 for s in sentences):
-        raise ValueError("sentences must be a non-empty list of non-empty token lists")
-    dim = _validate.positive_int("dim", dim)
-    feature = _validate.integer("feature", feature, minimum=0)
-    if not feature < dim:
-        raise ValueError(f"feature must be in [0, {dim}), got {feature}")
-    _validate.instance("pad", pad, str, "a str")
-    b_tok, l_tok = _validate.int_sequence("token", token, minimum=0) + (0, 0)[len(token) :]
-    if len(token) != 2 or not (0 <= b_tok < len(sentences) and 0 <= l_tok < len(sentences[b_tok])):
-        raise ValueError(f"token must index a real token, got {token}")
-    length = max(len(s) for s in sentences)
-    shade = SCHEME_COLORS["batch"] if mode == "batch" else SCHEME_COLORS["layer"]
-    gap = 1.6  # vertical space between sentences, room for the token labels
-    cw = 2.0  # cell width: room for a token label
-    for b, sent in enumerate(sentences):
-        top = -b * (dim + gap)
-        for pos in range(length):
-            real = pos < len(sent)
-            label = str(sent[pos]) if real else pad
-            ax.text(cw * (pos + 0.5), top + 0.3, label, ha="center", va="bottom", fontsize=9)
-            for j in range(dim):
-                chosen = (mode == "batch" and j == feature) or (
-                    mode == "layer" and (b, pos) == (b_tok, l_tok)
-                )
-                face = shade if chosen else ("white" if real else "0.85")
-                ax.add_patch(
-                    Rectangle(
-                        (cw * pos, top - j - 1),
-                        cw,
-                        1,
-                        facecolor=face,
-                        edgecolor="0.3",
-                        hatch="//" if not real else None,
-                        alpha=0.85 if chosen else 1.0,
-                    )
-                )
-        ax.text(-0.15, top - dim / 2, f"sentence {b + 1}", ha="right", va="center", fontsize=9)
-    ax.set_xlim(-4.5, cw * length + 0.1)
-    ax.set_ylim(-(len(sentences) - 1) * (dim + gap) - dim - 0.3, 1.2)
-    ax.set_aspect("equal")
-    ax.set_xticks([cw * (i + 0.5) for i in range(length)], labels=[str(i) for i in range(length)])
-    ax.set_yticks([])
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
-    what = (
-        f"BatchNorm: one mean/var per feature\n(feature {feature}: every sentence, every position)"
-        if mode == "batch"
-        else f"LayerNorm: one mean/var per token\n(sentence {b_tok + 1}, position {l_tok}: its features)"
-    )
-    ax.set(title=what, xlabel="position (each block: feature rows x position columns)")
-    return ax
+# ---- Normalization (book/05_normalization) -------------------------------------------
+# padded_batch_diagram (a diagram of patches, not of data) lives in _diagrams.py
 
 
 def layer_profile(
@@ -625,25 +460,18 @@ def layer_profile(
     """Plot one quantity per layer (activation scale, gradient norm) for several models.
 
     Args:
-        ax: the axes to draw on.
-        series: a name -> values-per-layer mapping; each becomes a line with markers against
-            the layer number 1, 2, ..., n (models of different depths may share the axes).
-        xlabel: x-axis label.
-        ylabel: y-axis label.
-        title: axes title.
+        series: a name -> values-per-layer mapping; each becomes a line with markers
+            against the layer number 1, 2, ..., n (models of different depths may share
+            the axes).
         logy: logarithmic y axis.
-
-    Returns:
-        ``ax``.
     """
-    logy = _validate.flag("logy", logy)
     return named_series(
         ax,
         None,
         series,
         marker="o",
         markersize=3,
-        yscale="log" if logy else "linear",
+        yscale=_log_if(logy),
         legend="best",
         title=title,
         xlabel=xlabel,
@@ -651,18 +479,7 @@ def layer_profile(
     )
 
 
-# ---- Beyond the training length (book/03_context_extension) ------------------------------
-
-
-def _vertical_markers(ax: Axes, markers: object) -> None:
-    if markers is None:
-        return
-    _validate.instance("markers", markers, Mapping, "a dict of label -> length")
-    for k, (label, length) in enumerate(markers.items()):
-        value = _validate.real(f"markers[{label!r}]", length)
-        ax.axvline(
-            value, color="0.35", linestyle=("--", ":", "-.")[k % 3], linewidth=1, label=label
-        )
+# ---- Beyond the training length (book/03_context_extension) --------------------------
 
 
 def wavelength_curves(
@@ -678,19 +495,13 @@ def wavelength_curves(
     """Plot per-pair quantities of RoPE against the pair's wavelength (log x axis).
 
     Args:
-        ax: the axes to draw on.
-        wavelengths: the wavelength of each pair in tokens, 1-D (the x axis, logarithmic).
+        wavelengths: the wavelength of each pair in tokens, 1-D (the x axis,
+            logarithmic).
         series: label -> one value per pair, each with the length of ``wavelengths``.
-        markers: label -> a length in tokens, drawn as a grey dashed vertical line (e.g. the
-            training length).
-        title: axes title.
-        ylabel: y-axis label.
+        markers: label -> a length in tokens, drawn as a grey dashed vertical line (e.g.
+            the training length).
         logy: use a logarithmic y axis.
-
-    Returns:
-        ``ax``.
     """
-    logy = _validate.flag("logy", logy)
     named_series(
         ax,
         wavelengths,
@@ -698,19 +509,24 @@ def wavelength_curves(
         marker=".",
         markersize=4,
         xscale="log",
-        yscale="log" if logy else "linear",
+        yscale=_log_if(logy),
         legend="none",
         title=title,
         xlabel="wavelength of the pair (tokens, log scale)",
         ylabel=ylabel,
         names=("wavelengths", "series"),
     )
-    _vertical_markers(ax, markers)
+    if markers is not None:
+        _labelled("markers", markers, "a dict of label -> length")
+        for k, (label, length) in enumerate(markers.items()):
+            value = _validate.real(f"markers[{label!r}]", length)
+            style = ("--", ":", "-.")[k % 3]
+            ax.axvline(value, color="0.35", linestyle=style, linewidth=1, label=label)
     ax.legend(fontsize="small")
     return ax
 
 
-# ---- Rotary position embedding (book/02_rope) --------------------------------------------
+# ---- Rotary position embedding (book/02_rope) ----------------------------------------
 
 
 def error_vs_position(
@@ -722,27 +538,26 @@ def error_vs_position(
     title: str = "",
     ylabel: str = "max |error|",
 ) -> Axes:
-    """Plot errors against position on log-log axes, with dashed horizontal reference levels.
+    """Plot errors against position on log-log axes, with dashed horizontal reference
+    levels.
 
     Args:
-        ax: the axes to draw on.
         positions: the positions (abscissae), 1-D and positive.
-        errors: label -> errors, each 1-D with the length of ``positions``; exact zeros are
-            drawn at 1e-300.
+        errors: label -> errors, each 1-D with the length of ``positions``; exact zeros
+            are drawn at 1e-300.
         levels: label -> a constant drawn as a dashed line (e.g. a dtype's rounding).
-        title: axes title.
-        ylabel: y-axis label.
-
-    Returns:
-        ``ax``.
     """
     _validate.instance("ax", ax, Axes, "a matplotlib Axes")
     xs = _values("positions", positions)
     if (xs <= 0).any():
-        raise ValueError(f"positions must be 1-D and positive, got {xs.tolist()[:4]}...")
+        raise ValueError(
+            f"positions must be 1-D and positive, got {xs.tolist()[:4]}..."
+        )
     if levels is not None:
-        _validate.instance("levels", levels, Mapping, "a dict of label -> value")
-        levels = {k: _validate.positive_real(f"levels[{k!r}]", v) for k, v in levels.items()}
+        _labelled("levels", levels, "a dict of label -> value")
+        levels = {
+            k: _validate.positive_real(f"levels[{k!r}]", v) for k, v in levels.items()
+        }
     named_series(
         ax,
         xs,
@@ -771,7 +586,7 @@ def error_vs_position(
     return ax
 
 
-# ---- Attention, from alignment scores to FlashAttention's trick (book/04_attention) -------
+# ---- Attention, from alignment scores to FlashAttention's trick (book/04_attention) --
 
 
 def loglog_curves(
@@ -784,22 +599,17 @@ def loglog_curves(
     xlabel: str = "",
     ylabel: str = "",
 ) -> Axes:
-    """Plot labelled curves on log-log axes, optionally with a dashed ``x**power`` guide.
+    """Plot labelled curves on log-log axes, optionally with a dashed ``x**power``
+    guide.
 
-    A cost that grows like ``L**2`` is a straight line of slope 2 on these axes; the guide
-    (anchored at the first curve's last point) shows that slope.
+    A cost that grows like ``L**2`` is a straight line of slope 2 on these axes; the
+    guide (anchored at the first curve's last point) shows that slope.
 
     Args:
-        ax: the axes to draw on.
         x: the abscissae, 1-D and positive.
         series: label -> ordinates, each 1-D, positive, with the length of ``x``.
-        reference_power: draw a dashed guide ``∝ x**reference_power``; ``None`` for none.
-        title: axes title.
-        xlabel: x-axis label.
-        ylabel: y-axis label.
-
-    Returns:
-        ``ax``.
+        reference_power: draw a dashed guide ``∝ x**reference_power``; ``None`` for
+            none.
     """
     power = _validate.optional(_validate.real, "reference_power", reference_power)
     named_series(
@@ -823,7 +633,7 @@ def loglog_curves(
     return ax
 
 
-# ---- A tiny Transformer (book/06_tiny_transformer) ---------------------------------------
+# ---- A tiny Transformer (book/06_tiny_transformer) -----------------------------------
 
 
 def training_curves(
@@ -836,26 +646,27 @@ def training_curves(
     """Loss curves, one line per label: the mean over runs, with a min..max band.
 
     Args:
-        ax: the axes to draw on.
         runs: label -> list of per-run loss sequences (all of one length, at least
             ``smooth`` steps).
         smooth: width of the moving average applied to each run (1 for none).
-        title: axes title.
-
-    Returns:
-        ``ax``.
     """
     _validate.instance("ax", ax, Axes, "a matplotlib Axes")
-    _validate.instance("runs", runs, Mapping, "a dict of label -> list of runs")
-    if not runs:
-        raise ValueError("runs must hold at least one label, got an empty dict")
+    _labelled(
+        "runs", runs, "a dict of label -> list of runs", "hold at least one label"
+    )
     smooth = _validate.positive_int("smooth", smooth)
     kernel = np.ones(smooth) / smooth
     mean, spread, steps = {}, {}, None
     for label, losses in runs.items():
         _validate.instance(f"runs[{label!r}]", losses, (list, tuple), "a list of runs")
-        per_run = [_values(f"runs[{label!r}][{i}]", run) for i, run in enumerate(losses)]
-        if not per_run or len({len(r) for r in per_run}) != 1 or len(per_run[0]) < smooth:
+        per_run = [
+            _values(f"runs[{label!r}][{i}]", run) for i, run in enumerate(losses)
+        ]
+        if (
+            not per_run
+            or len({len(r) for r in per_run}) != 1
+            or len(per_run[0]) < smooth
+        ):
             raise ValueError(
                 f"runs[{label!r}] must hold runs of one length >= smooth = {smooth}, "
                 f"got lengths {[len(r) for r in per_run]}"
@@ -889,26 +700,23 @@ def accuracy_by_length(
     """Accuracy against evaluation length, one line per scheme, error bars over seeds.
 
     Args:
-        ax: the axes to draw on.
         results: scheme -> accuracies of shape ``(seeds, len(lengths))``.
         lengths: the evaluation lengths.
         train_length: drawn as a dashed vertical line.
-
-    Returns:
-        ``ax``.
     """
     _validate.instance("ax", ax, Axes, "a matplotlib Axes")
     lengths = _validate.int_sequence("lengths", lengths, minimum=1)
     train_length = _validate.positive_int("train_length", train_length)
-    _validate.instance("results", results, Mapping, "a dict of scheme -> accuracies")
-    if not results:
-        raise ValueError("results must hold at least one scheme, got an empty dict")
+    _labelled(
+        "results", results, "a dict of scheme -> accuracies", "hold at least one scheme"
+    )
     accuracies = {}
     for label, acc in results.items():
         a = to_numpy(acc, name=f"results[{label!r}]")
         if a.ndim != 2 or a.shape[1] != len(lengths):
             raise ValueError(
-                f"results[{label!r}] must have shape (seeds, {len(lengths)}), got {a.shape}"
+                f"results[{label!r}] must have shape (seeds, {len(lengths)}), "
+                f"got {a.shape}"
             )
         accuracies[label] = a
     named_series(
@@ -930,7 +738,7 @@ def accuracy_by_length(
     return ax
 
 
-# ---- Performance and precision (book/07_performance) -------------------------------------
+# ---- Performance and precision (book/07_performance) ---------------------------------
 
 
 def ratio_bars(
@@ -944,46 +752,30 @@ def ratio_bars(
     """Horizontal bars of ratios to a reference, with a dashed line at 1.
 
     Args:
-        ax: the axes to draw on.
         ratios: label -> ratio (positive), one bar each, top to bottom in this order.
         reference: the reference's name, written next to the line at 1.
-        title: axes title.
-        xlabel: x-axis label.
-
-    Returns:
-        ``ax``.
     """
     _validate.instance("ax", ax, Axes, "a matplotlib Axes")
-    _validate.instance("ratios", ratios, Mapping, "a dict of label -> ratio")
-    if not ratios:
-        raise ValueError("ratios must hold at least one bar, got an empty dict")
+    _labelled("ratios", ratios, "a dict of label -> ratio", "hold at least one bar")
     labels = list(ratios)
     values = np.array(
-        [_validate.real(f"ratios[{k!r}]", ratios[k], exclusive_minimum=0.0) for k in labels]
+        [
+            _validate.real(f"ratios[{k!r}]", ratios[k], exclusive_minimum=0.0)
+            for k in labels
+        ]
     )
     _validate.instance("reference", reference, str, "a str")
     ys = np.arange(len(labels))[::-1]
-    colours = [SCHEME_COLORS[_scheme_key(k)] if _scheme_key(k) else "#1f77b4" for k in labels]
+    colours = [
+        SCHEME_COLORS[_scheme_key(k)] if _scheme_key(k) else "#1f77b4" for k in labels
+    ]
     ax.barh(ys, values, color=colours)
+    text = {"textcoords": "offset points", "xytext": (3, 0), "fontsize": "small"}
     for y, value in zip(ys, values, strict=True):
-        ax.annotate(
-            f"{value:.2f}",
-            (value, y),
-            xytext=(3, 0),
-            textcoords="offset points",
-            va="center",
-            fontsize="small",
-        )
+        ax.annotate(f"{value:.2f}", (value, y), va="center", **text)
     ax.axvline(1.0, linestyle="--", color="gray", linewidth=0.8)
     if reference:
-        ax.annotate(
-            reference,
-            (1.0, ys[0] + 0.45),
-            xytext=(3, 0),
-            textcoords="offset points",
-            fontsize="small",
-            color="gray",
-        )
+        ax.annotate(reference, (1.0, ys[0] + 0.45), color="gray", **text)
     ax.set_yticks(ys, labels=labels)
     ax.set_xlim(0, values.max() * 1.2)
     ax.set(title=title, xlabel=xlabel)

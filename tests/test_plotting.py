@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 from matplotlib.colors import to_hex
-from matplotlib.figure import Figure  # no pyplot: no backend and no global state involved
+
+# no pyplot: no backend and no global state involved
+from matplotlib.figure import Figure
 
 from companion import plotting
 
