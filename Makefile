@@ -87,7 +87,7 @@ unit: venv
 	$(BIN)/pytest tests/ -q
 
 notebooks: venv
-	$(BIN)/pytest --nbmake --nbmake-timeout=300 -q $(NOTEBOOKS)
+	$(BIN)/pytest --nbmake --nbmake-timeout=900 -q $(NOTEBOOKS)
 
 browser: venv
 	$(BIN)/pytest tests/browser -q --browser --ignore=tests/browser/test_pdf.py
