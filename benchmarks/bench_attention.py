@@ -40,7 +40,9 @@ MiB = 2**20
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
+    p.add_argument(
+        "--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384]
+    )
     p.add_argument("--heads", type=int, default=1)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--block-size", type=int, default=512)
@@ -66,7 +68,9 @@ def main() -> None:
 
     methods = {
         "companion full": lambda q, k, v: scaled_dot_product_attention(q, k, v),
-        "companion tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=args.block_size),
+        "companion tiled": lambda q, k, v: tiled_attention(
+            q, k, v, block_size=args.block_size
+        ),
         "torch F.sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
     }
     rows = []

@@ -43,7 +43,10 @@ def rope_cases(q, k, cos, sin) -> dict:
 
     return {
         "clone floor": lambda: (q.clone(), k.clone()),
-        "Triton kernels.rope": lambda: (kernels.rope(q, cos, sin), kernels.rope(k, cos, sin)),
+        "Triton kernels.rope": lambda: (
+            kernels.rope(q, cos, sin),
+            kernels.rope(k, cos, sin),
+        ),
         "apply_rope eager": lambda: (apply_rope(q, cos, sin), apply_rope(k, cos, sin)),
         "apply_rope fused": lambda: (
             apply_rope(q, cos, sin, fused=True),
@@ -58,7 +61,9 @@ def bench_rope(report: Report, device: torch.device, args) -> None:
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
         gen = torch.Generator().manual_seed(0)
-        q, k = (torch.randn(ROPE_SHAPE, generator=gen).to(device, dtype) for _ in range(2))
+        q, k = (
+            torch.randn(ROPE_SHAPE, generator=gen).to(device, dtype) for _ in range(2)
+        )
         cos, sin = rope_cos_sin(
             torch.arange(ROPE_SHAPE[2]), rope_frequencies(ROPE_SHAPE[3]), device=device
         )
@@ -103,7 +108,10 @@ def bench_flash(report: Report, device: torch.device, args) -> None:
         for causal in (False, True):
             gen = torch.Generator().manual_seed(0)
             shape = (1, FLASH_HEADS, length, FLASH_DIM)
-            q, k, v = (torch.randn(shape, generator=gen).to(device, torch.bfloat16) for _ in "qkv")
+            q, k, v = (
+                torch.randn(shape, generator=gen).to(device, torch.bfloat16)
+                for _ in "qkv"
+            )
 
             def sdpa(q=q, k=k, v=v, causal=causal):
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -113,8 +121,12 @@ def bench_flash(report: Report, device: torch.device, args) -> None:
                 return kernels.flash_attention(q, k, v, is_causal=causal)
 
             torch.testing.assert_close(triton()[0], sdpa(), atol=2e-2, rtol=0)
-            medians = time_cases({"SDPA flash": sdpa, "Triton flash_attention": triton}, args)
-            flops = 4 * FLASH_HEADS * length * length * FLASH_DIM * (0.5 if causal else 1.0)
+            medians = time_cases(
+                {"SDPA flash": sdpa, "Triton flash_attention": triton}, args
+            )
+            flops = (
+                4 * FLASH_HEADS * length * length * FLASH_DIM * (0.5 if causal else 1.0)
+            )
             rel = medians["SDPA flash"] / medians["Triton flash_attention"]
             for name, t in medians.items():
                 rows.append(

@@ -41,7 +41,9 @@ def try_compile(fn, x: torch.Tensor):
     try:
         compiled = torch.compile(fn, dynamic=False)
         torch.testing.assert_close(compiled(x), fn(x))
-    except Exception as err:  # any failure means "no working compiler here": report, go on
+    except (
+        Exception
+    ) as err:  # any failure means "no working compiler here": report, go on
         reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:120]}"
         return None, reason
     return compiled, None
@@ -49,7 +51,9 @@ def try_compile(fn, x: torch.Tensor):
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile cases")
+    p.add_argument(
+        "--no-compile", action="store_true", help="skip the torch.compile cases"
+    )
     args = p.parse_args()
     device = start(args)
     report = Report(
@@ -69,9 +73,13 @@ def main() -> None:
         b = (0.1 * torch.randn(dim, generator=gen)).to(device)
         fns = {
             "companion layer_norm": lambda x, d=dim, w=w, b=b: layer_norm(x, d, w, b),
-            "torch F.layer_norm": lambda x, d=dim, w=w, b=b: F.layer_norm(x, (d,), w, b),
+            "torch F.layer_norm": lambda x, d=dim, w=w, b=b: F.layer_norm(
+                x, (d,), w, b
+            ),
             "companion rms_norm": lambda x, d=dim, w=w: rms_norm(x, d, w, eps=EPS_RMS),
-            "torch F.rms_norm": lambda x, d=dim, w=w: F.rms_norm(x, (d,), w, eps=EPS_RMS),
+            "torch F.rms_norm": lambda x, d=dim, w=w: F.rms_norm(
+                x, (d,), w, eps=EPS_RMS
+            ),
         }
         if compile_reason is None:
             for name in ("companion layer_norm", "companion rms_norm"):
@@ -97,7 +105,9 @@ def main() -> None:
                     "shape": str(shape),
                     "implementation": name,
                     "median_ms": t * 1e3,
-                    "ratio_to_torch": None if name == "clone floor" else t / medians[torch_name],
+                    "ratio_to_torch": None
+                    if name == "clone floor"
+                    else t / medians[torch_name],
                     "ratio_to_clone": to_clone[name],
                     "gb_per_s": moved / t / 1e9,
                     "max_error_vs_float64": None
@@ -122,7 +132,9 @@ def main() -> None:
     if compile_reason is not None:
         report.note(f"torch.compile: not available ({compile_reason}).")
     else:
-        report.note("torch.compile: available; compiled rows measured after one warm-up call.")
+        report.note(
+            "torch.compile: available; compiled rows measured after one warm-up call."
+        )
     report.settings["torch.compile"] = compile_reason or "available"
     report.finish(args.out_dir)
 

@@ -39,10 +39,13 @@ def notes_loop(seq_len: int, hidden_dim: int) -> torch.Tensor:
 
     def get_position_angle_vec(position):
         return [
-            position / np.power(10000, 2 * (hid_j // 2) / hidden_dim) for hid_j in range(hidden_dim)
+            position / np.power(10000, 2 * (hid_j // 2) / hidden_dim)
+            for hid_j in range(hidden_dim)
         ]
 
-    position_angle_vecs = np.array([get_position_angle_vec(pos_i) for pos_i in range(seq_len)])
+    position_angle_vecs = np.array(
+        [get_position_angle_vec(pos_i) for pos_i in range(seq_len)]
+    )
     position_angle_vecs[:, 0::2] = np.sin(position_angle_vecs[:, 0::2])  # dim 2t
     position_angle_vecs[:, 1::2] = np.cos(position_angle_vecs[:, 1::2])  # dim 2t+1
     return torch.FloatTensor(position_angle_vecs)  # (L, D); the notes add .unsqueeze(0)
@@ -74,7 +77,9 @@ def main() -> None:
     rows = []
     for length, dim in SHAPES:
         cases = {
-            "companion": lambda n=length, d=dim: sinusoidal_encoding(n, d, device=device),
+            "companion": lambda n=length, d=dim: sinusoidal_encoding(
+                n, d, device=device
+            ),
             "exp/log snippet": lambda n=length, d=dim: exp_log_snippet(n, d, device),
             "notes' loop": lambda n=length, d=dim: notes_loop(n, d).to(device),
         }

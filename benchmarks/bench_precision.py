@@ -45,7 +45,9 @@ LOGIT_SCALES = [1.0, 10.0, 30.0, 100.0, 1000.0]
 
 def rope_study(report: Report) -> None:
     positions = torch.tensor([2.0**k for k in range(21)])  # 1 ... 2**20
-    errors = {r: rope_error_by_position(positions, HEAD_DIM, recipe=r) for r in ROPE_RECIPES}
+    errors = {
+        r: rope_error_by_position(positions, HEAD_DIM, recipe=r) for r in ROPE_RECIPES
+    }
     rows = []
     for recipe, e in errors.items():
         ulps = e.in_ulps()
@@ -116,9 +118,15 @@ def attention_study(report: Report, device: torch.device) -> None:
             {
                 "query_scale": s,
                 "max_logit": logits.abs().max().item(),
-                "companion sdpa": max_abs_error(scaled_dot_product_attention(q, k, v), exact),
-                "companion tiled": max_abs_error(tiled_attention(q, k, v, block_size=32), exact),
-                "torch F.sdpa": max_abs_error(F.scaled_dot_product_attention(q, k, v), exact),
+                "companion sdpa": max_abs_error(
+                    scaled_dot_product_attention(q, k, v), exact
+                ),
+                "companion tiled": max_abs_error(
+                    tiled_attention(q, k, v, block_size=32), exact
+                ),
+                "torch F.sdpa": max_abs_error(
+                    F.scaled_dot_product_attention(q, k, v), exact
+                ),
                 "naive softmax": max_abs_error(naive_softmax_attention(q, k, v), exact),
             }
         )

@@ -78,9 +78,17 @@ def bench_shape(shape, device: torch.device, dtype: torch.dtype, args) -> list[d
     q = torch.randn(shape, generator=gen).to(device, dtype)  # (B, H, L, D)
     k = torch.randn(shape, generator=gen).to(device, dtype)
     positions = torch.arange(length)
-    cos, sin = rope_cos_sin(positions, rope_frequencies(head_dim), dtype=dtype, device=device)
-    hf_cos, hf_sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)  # HF's (L, D) table
-    q_blhd, k_blhd = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous()  # (B, L, H, D)
+    cos, sin = rope_cos_sin(
+        positions, rope_frequencies(head_dim), dtype=dtype, device=device
+    )
+    hf_cos, hf_sin = (
+        torch.cat((cos, cos), -1),
+        torch.cat((sin, sin), -1),
+    )  # HF's (L, D) table
+    q_blhd, k_blhd = (
+        q.transpose(1, 2).contiguous(),
+        k.transpose(1, 2).contiguous(),
+    )  # (B, L, H, D)
     freqs_cis = torch.complex(cos.float(), sin.float())  # (L, D/2), Meta's freqs_cis
 
     cases = {
@@ -121,7 +129,9 @@ def bench_shape(shape, device: torch.device, dtype: torch.dtype, args) -> list[d
     medians = time_cases(cases, args)
     to_hf = ratios(medians, "HF apply_rotary_pos_emb")
     to_clone = ratios(medians, "clone floor")
-    moved = 2 * tensor_bytes(q, k)  # read q and k, write two outputs: the least any method moves
+    moved = 2 * tensor_bytes(
+        q, k
+    )  # read q and k, write two outputs: the least any method moves
     return [
         {
             "shape": str(tuple(shape)),
@@ -137,7 +147,9 @@ def bench_shape(shape, device: torch.device, dtype: torch.dtype, args) -> list[d
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16", "float16"]
+    )
     p.set_defaults(min_run_time=0.4)
     args = p.parse_args()
     device = start(args)

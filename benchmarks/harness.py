@@ -45,10 +45,15 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument(
-        "--min-run-time", type=float, default=0.2, help="seconds of calls per measurement"
+        "--min-run-time",
+        type=float,
+        default=0.2,
+        help="seconds of calls per measurement",
     )
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case")
-    p.add_argument("--out-dir", type=Path, default=RESULTS, help="where to write .md and .json")
+    p.add_argument(
+        "--out-dir", type=Path, default=RESULTS, help="where to write .md and .json"
+    )
     p.add_argument(
         "--allocator",
         choices=["steady", "default"],
@@ -170,14 +175,18 @@ class Report:
         lines = [f"## {title}", ""]
         lines.append("| " + " | ".join(header for header, _ in columns.values()) + " |")
         lines.append(
-            "|" + "|".join("---:" if spec else "---" for _, spec in columns.values()) + "|"
+            "|"
+            + "|".join("---:" if spec else "---" for _, spec in columns.values())
+            + "|"
         )
         for row in rows:
             cells = (cell(row[key], spec) for key, (_, spec) in columns.items())
             lines.append("| " + " | ".join(cells) + " |")
         text = "\n".join(lines)
         print(text + "\n", flush=True)
-        self.tables.append({"title": title, "markdown": text, "rows": [dict(r) for r in rows]})
+        self.tables.append(
+            {"title": title, "markdown": text, "rows": [dict(r) for r in rows]}
+        )
 
     def note(self, text: str) -> None:
         """Add and print a line of explanation (e.g. why a case was not measured)."""
@@ -199,12 +208,18 @@ class Report:
         md.append(
             f"{meta['machine']['processor']}, {meta['machine']['cpu_count']} CPUs, "
             f"{meta['machine']['torch_threads']} torch threads, device {self.device}"
-            + (f" ({meta['machine']['device_name']})" if meta["machine"]["device_name"] else "")
+            + (
+                f" ({meta['machine']['device_name']})"
+                if meta["machine"]["device_name"]
+                else ""
+            )
             + "; "
             + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v)
         )
         md.append("")
-        md.append("Settings: " + ", ".join(f"{k}={v}" for k, v in self.settings.items()))
+        md.append(
+            "Settings: " + ", ".join(f"{k}={v}" for k, v in self.settings.items())
+        )
         md.append("")
         for t in self.tables:
             md += [t["markdown"], ""]
@@ -224,5 +239,9 @@ class Report:
             "goals": self.goals,
             "elapsed_s": elapsed,
         }
-        (out_dir / f"{self.name}.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-        print(f"\n{self.name}: {elapsed:.0f} s; wrote {out_dir / self.name}.md and .json")
+        (out_dir / f"{self.name}.json").write_text(
+            json.dumps(record, indent=2, default=str) + "\n"
+        )
+        print(
+            f"\n{self.name}: {elapsed:.0f} s; wrote {out_dir / self.name}.md and .json"
+        )

@@ -35,10 +35,16 @@ __all__: list[str] = []  # private: nothing here is part of the documented API
 _FAMILIES: dict[str, Callable[[torch.dtype], bool]] = {
     "floating": lambda d: d.is_floating_point,
     "complex": lambda d: d.is_complex,
-    "integer": lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool,
+    "integer": lambda d: (
+        not d.is_floating_point and not d.is_complex and d != torch.bool
+    ),
     "bool": lambda d: d == torch.bool,
 }
-_ARTICLE = {"floating": "a floating-point", "complex": "a complex", "integer": "an integer"}
+_ARTICLE = {
+    "floating": "a floating-point",
+    "complex": "a complex",
+    "integer": "an integer",
+}
 
 
 # ---- describing what came ------------------------------------------------------------------
@@ -75,14 +81,20 @@ def integer(
     """An integer (any :class:`numbers.Integral`, NumPy's included; not ``bool``, not a float
     with an integral value), optionally within ``[minimum, maximum]`` and even."""
     expected = "an int" if not even else "an even int"
-    if isinstance(value, Tensor) and value.ndim == 0 and _FAMILIES["integer"](value.dtype):
+    if (
+        isinstance(value, Tensor)
+        and value.ndim == 0
+        and _FAMILIES["integer"](value.dtype)
+    ):
         value = int(value.item())  # a 0-d integer tensor is an integer
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _fail(TypeError, name, expected, value)
     value = int(value)
     if minimum is not None and value < minimum:
         if minimum == 1:
-            raise _fail(ValueError, name, "a positive " + expected.split(" ", 1)[1], value)
+            raise _fail(
+                ValueError, name, "a positive " + expected.split(" ", 1)[1], value
+            )
         raise _fail(ValueError, name, f"{expected} >= {minimum}", value)
     if maximum is not None and value > maximum:
         raise _fail(ValueError, name, f"{expected} <= {maximum}", value)
@@ -152,7 +164,9 @@ def choice(name: str, value: object, options: Iterable[str]) -> str:
     options = tuple(options)
     if isinstance(value, str) and value in options:
         return value
-    listed = ", ".join(repr(o) for o in options)  # only on failure: this runs on every call
+    listed = ", ".join(
+        repr(o) for o in options
+    )  # only on failure: this runs on every call
     exc = TypeError if not isinstance(value, str) else ValueError
     raise _fail(exc, name, f"one of {listed}", value)
 
@@ -164,26 +178,38 @@ def callable_(name: str, value: object) -> Callable[..., Any]:
     return value  # type: ignore[return-value]
 
 
-def instance(name: str, value: object, cls: type | tuple[type, ...], expected: str) -> Any:
+def instance(
+    name: str, value: object, cls: type | tuple[type, ...], expected: str
+) -> Any:
     """An instance of ``cls``, described to the user as ``expected``."""
     if not isinstance(value, cls):
         raise _fail(TypeError, name, expected, value)
     return value
 
 
-def int_sequence(name: str, value: object, *, minimum: int | None = None) -> tuple[int, ...]:
+def int_sequence(
+    name: str, value: object, *, minimum: int | None = None
+) -> tuple[int, ...]:
     """An int or a non-empty sequence of ints (a shape), returned as a tuple."""
     if isinstance(value, (numbers.Integral, Tensor)) and not isinstance(value, bool):
         return (integer(name, value, minimum=minimum),)
-    if not isinstance(value, (Sequence, torch.Size)) or isinstance(value, str) or not value:
+    if (
+        not isinstance(value, (Sequence, torch.Size))
+        or isinstance(value, str)
+        or not value
+    ):
         raise _fail(TypeError, name, "an int or a non-empty sequence of ints", value)
-    return tuple(integer(f"{name}[{i}]", v, minimum=minimum) for i, v in enumerate(value))
+    return tuple(
+        integer(f"{name}[{i}]", v, minimum=minimum) for i, v in enumerate(value)
+    )
 
 
 # ---- torch arguments ---------------------------------------------------------------------------
 
 
-def dtype(name: str, value: object, *, family: str | Sequence[str] = "floating") -> torch.dtype:
+def dtype(
+    name: str, value: object, *, family: str | Sequence[str] = "floating"
+) -> torch.dtype:
     """A :class:`torch.dtype` of the given family ("floating", "complex", "integer", "bool").
 
     A string such as ``"float32"`` is a ``TypeError`` that names ``torch.float32``."""
@@ -210,7 +236,9 @@ def device(name: str, value: object) -> torch.device | None:
         try:
             value = torch.device(value)
         except RuntimeError:
-            raise _fail(ValueError, name, "a device such as 'cpu' or 'cuda'", value) from None
+            raise _fail(
+                ValueError, name, "a device such as 'cpu' or 'cuda'", value
+            ) from None
     if not isinstance(value, torch.device):
         raise _fail(TypeError, name, "a torch.device, a device string or None", value)
     if value.type == "cuda":
@@ -223,7 +251,9 @@ def device(name: str, value: object) -> torch.device | None:
     elif value.type == "mps" and not (
         hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
     ):
-        raise ValueError(f"{name} must be a device this machine has, got 'mps' (not available)")
+        raise ValueError(
+            f"{name} must be a device this machine has, got 'mps' (not available)"
+        )
     elif value.type not in ("cpu", "cuda", "mps"):
         raise _fail(ValueError, name, "a 'cpu', 'cuda' or 'mps' device", value)
     return value
@@ -257,10 +287,14 @@ def tensor(
             kinds = " or ".join(families)
             article = _ARTICLE.get(families[0], "a") if len(families) == 1 else "a"
             first = _ARTICLE.get(families[0], "a").split()[0]  # "an integer or ..."
-            what = f"{article} tensor" if len(families) == 1 else f"{first} {kinds} tensor"
+            what = (
+                f"{article} tensor" if len(families) == 1 else f"{first} {kinds} tensor"
+            )
             if len(families) == 1 and families[0] == "bool":
                 what = "a bool tensor"
-            raise TypeError(f"{name} must be {what}, got a tensor of dtype {value.dtype}")
+            raise TypeError(
+                f"{name} must be {what}, got a tensor of dtype {value.dtype}"
+            )
     if value.is_meta:
         raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     rank = f" {meaning}" if meaning else ""
@@ -304,7 +338,13 @@ def even_size(name: str, value: Tensor, dim: int = -1, why: str = "") -> int:
 
 
 def same_size(
-    name_a: str, a: Tensor, dim_a: int, name_b: str, b: Tensor, dim_b: int, what: str = ""
+    name_a: str,
+    a: Tensor,
+    dim_a: int,
+    name_b: str,
+    b: Tensor,
+    dim_b: int,
+    what: str = "",
 ) -> None:
     """``a.shape[dim_a] == b.shape[dim_b]``."""
     if a.shape[dim_a] != b.shape[dim_b]:
@@ -346,7 +386,9 @@ def same_device(name: str, value: Tensor, ref_name: str, ref: Tensor) -> None:
         )
 
 
-def broadcastable(name: str, shapes: Sequence[Sequence[int]], what: str) -> tuple[int, ...]:
+def broadcastable(
+    name: str, shapes: Sequence[Sequence[int]], what: str
+) -> tuple[int, ...]:
     """The broadcast of ``shapes``; a ValueError naming ``name`` and ``what`` if none."""
     try:
         return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
@@ -359,7 +401,9 @@ def broadcastable(name: str, shapes: Sequence[Sequence[int]], what: str) -> tupl
 def broadcasts_to(name: str, value: Tensor, shape: Sequence[int], what: str) -> None:
     """``value`` broadcasts to exactly ``shape`` (it may not enlarge it)."""
     try:
-        ok = tuple(torch.broadcast_shapes(value.shape, torch.Size(shape))) == tuple(shape)
+        ok = tuple(torch.broadcast_shapes(value.shape, torch.Size(shape))) == tuple(
+            shape
+        )
     except RuntimeError:
         ok = False
     if not ok:
@@ -368,9 +412,13 @@ def broadcasts_to(name: str, value: Tensor, shape: Sequence[int], what: str) -> 
         )
 
 
-def module(name: str, value: object, cls: type | tuple[type, ...] = torch.nn.Module) -> Any:
+def module(
+    name: str, value: object, cls: type | tuple[type, ...] = torch.nn.Module
+) -> Any:
     """An ``nn.Module`` (or a given subclass)."""
-    names = cls.__name__ if isinstance(cls, type) else " or ".join(c.__name__ for c in cls)
+    names = (
+        cls.__name__ if isinstance(cls, type) else " or ".join(c.__name__ for c in cls)
+    )
     return instance(name, value, cls, f"a {names}")
 
 
@@ -383,7 +431,9 @@ def shape(name: str, value: Tensor, expected: Sequence[int], what: str = "") -> 
         )
 
 
-def tensor_like(name: str, value: object, ref_name: str, ref: Tensor, **kwargs: Any) -> Tensor:
+def tensor_like(
+    name: str, value: object, ref_name: str, ref: Tensor, **kwargs: Any
+) -> Tensor:
     """A tensor as :func:`tensor` checks it (``kwargs``), with ``ref``'s dtype and device."""
     value = tensor(name, value, **kwargs)
     same_dtype(name, value, ref_name, ref)
@@ -410,14 +460,18 @@ def attention_inputs(
         )
     shapes = [query.shape[:-2], key.shape[:-2]]
     if value is not None:
-        value = tensor_like("value", value, "query", query, min_ndim=2, meaning="(..., S, Dv)")
+        value = tensor_like(
+            "value", value, "query", query, min_ndim=2, meaning="(..., S, Dv)"
+        )
         same_size("key", key, -2, "value", value, -2, "length (S)")
         shapes.append(value.shape[:-2])
     names = "query, key and value" if value is not None else "query and key"
     return broadcastable(names, shapes, "their leading (batch, head) dimensions")
 
 
-def mask(name: str, value: object, shape: Sequence[int], ref_name: str, ref: Tensor) -> Tensor:
+def mask(
+    name: str, value: object, shape: Sequence[int], ref_name: str, ref: Tensor
+) -> Tensor:
     """An attention mask: a bool (``True`` = may attend) or floating (added) tensor on
     ``ref``'s device that broadcasts to the scores' ``shape``. Integer masks are refused:
     neither reading (keep or add) is safe to guess."""
@@ -430,4 +484,7 @@ def mask(name: str, value: object, shape: Sequence[int], ref_name: str, ref: Ten
 def factory_kwargs(device_arg: object, dtype_arg: object) -> dict[str, Any]:
     """A module's ``device`` and ``dtype`` arguments (``None``: torch's defaults),
     validated, as keyword arguments for torch's factories and ``nn.Linear``."""
-    return {"device": device("device", device_arg), "dtype": optional(dtype, "dtype", dtype_arg)}
+    return {
+        "device": device("device", device_arg),
+        "dtype": optional(dtype, "dtype", dtype_arg),
+    }

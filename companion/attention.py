@@ -87,7 +87,9 @@ def dot_score(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     return query @ key.transpose(-2, -1)  # (..., L, S)
 
 
-def general_score(query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tensor) -> torch.Tensor:
+def general_score(
+    query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tensor
+) -> torch.Tensor:
     r"""Luong et al.'s *general* (bilinear) score :math:`q^\top W k`.
 
     With ``weight`` the identity it is :func:`dot_score`; unlike it, the query and key
@@ -108,10 +110,14 @@ def general_score(query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tenso
         output: ``(..., L, S)``.
     """
     query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
-    key = _validate.tensor_like("key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)")
+    key = _validate.tensor_like(
+        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
+    )
     weight = _validate.tensor_like("weight", weight, "query", query, ndim=2)
     _validate.shape("weight", weight, (query.shape[-1], key.shape[-1]), "(Dq, Dk)")
-    _validate.broadcastable("query and key", [query.shape[:-2], key.shape[:-2]], "batch dims")
+    _validate.broadcastable(
+        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
+    )
     return (query @ weight) @ key.transpose(-2, -1)  # (..., L, Dk) @ (..., Dk, S)
 
 
@@ -150,7 +156,9 @@ def additive_score(
         output: ``(..., L, S)``.
     """
     query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
-    key = _validate.tensor_like("key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)")
+    key = _validate.tensor_like(
+        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
+    )
     v = _validate.tensor_like("v", v, "query", query, ndim=1, meaning="(A,)")
     for name, w, width in (
         ("query_weight", query_weight, query.shape[-1]),
@@ -158,7 +166,9 @@ def additive_score(
     ):
         w = _validate.tensor_like(name, w, "query", query, ndim=2)
         _validate.shape(name, w, (v.shape[0], width), "(A, D) with A = len(v)")
-    _validate.broadcastable("query and key", [query.shape[:-2], key.shape[:-2]], "batch dims")
+    _validate.broadcastable(
+        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
+    )
     wq = query @ query_weight.T  # (..., L, A)
     uk = key @ key_weight.T  # (..., S, A)
     hidden_pairs = torch.tanh(wq.unsqueeze(-2) + uk.unsqueeze(-3))  # (..., L, S, A)
@@ -192,7 +202,9 @@ def concat_score(
         output: ``(..., L, S)``.
     """
     query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
-    key = _validate.tensor_like("key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)")
+    key = _validate.tensor_like(
+        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
+    )
     weight = _validate.tensor_like("weight", weight, "query", query, ndim=2)
     v = _validate.tensor_like("v", v, "query", query, ndim=1, meaning="(A,)")
     width = query.shape[-1] + key.shape[-1]
@@ -406,7 +418,9 @@ def scaled_dot_product_attention(
             )
         from companion import kernels  # needs Triton; `import companion` does not
 
-        return kernels.flash_attention(query, key, value, is_causal=is_causal, scale=scale)[0]
+        return kernels.flash_attention(
+            query, key, value, is_causal=is_causal, scale=scale
+        )[0]
     weights = _weights(query, key, mask, is_causal, scale)  # (..., L, S)
     return (weights @ value.to(weights.dtype)).to(query.dtype)  # (..., L, Dv)
 
@@ -466,8 +480,12 @@ def tiled_attention(
         i1 = min(i0 + block_size, L)
         q = query[..., i0:i1, :].to(dtype) * scale  # (..., bq, D)
         shape = (*batch, i1 - i0, 1)
-        m = torch.full(shape, -math.inf, dtype=dtype, device=query.device)  # running max
-        total = torch.zeros(shape, dtype=dtype, device=query.device)  # running sum of e^(s-m)
+        m = torch.full(
+            shape, -math.inf, dtype=dtype, device=query.device
+        )  # running max
+        total = torch.zeros(
+            shape, dtype=dtype, device=query.device
+        )  # running sum of e^(s-m)
         acc = torch.zeros(*batch, i1 - i0, Dv, dtype=dtype, device=query.device)
         for j0 in range(0, S, block_size):
             if is_causal and j0 > i1 - 1:
@@ -533,7 +551,9 @@ def mask_from_torch_mha(
         ndim=2,
     )
     if attn_mask is not None and key_padding_mask is not None:
-        _validate.same_device("key_padding_mask", key_padding_mask, "attn_mask", attn_mask)
+        _validate.same_device(
+            "key_padding_mask", key_padding_mask, "attn_mask", attn_mask
+        )
         _validate.same_size(
             "attn_mask",
             attn_mask,
@@ -627,7 +647,9 @@ class MultiHeadAttention(nn.Module):
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, E/H)
+        return x.view(B, T, self.num_heads, self.head_dim).transpose(
+            1, 2
+        )  # (B, H, T, E/H)
 
     def forward(
         self,
@@ -686,7 +708,9 @@ class MultiHeadAttention(nn.Module):
             query: ``(B, H, L, E/H)``; key, value: ``(B, H, S, E/H)``; output like
                 query.
         """
-        return scaled_dot_product_attention(query, key, value, mask=mask, is_causal=is_causal)
+        return scaled_dot_product_attention(
+            query, key, value, mask=mask, is_causal=is_causal
+        )
 
     @torch.no_grad()
     def load_torch_weights(self, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -722,7 +746,9 @@ class MultiHeadAttention(nn.Module):
                 "module, got "
                 f"bias={module.in_proj_bias is not None}"
             )
-        w_q, w_k, w_v = module.in_proj_weight.chunk(3, dim=0)  # rows: W_Q, then W_K, then W_V
+        w_q, w_k, w_v = module.in_proj_weight.chunk(
+            3, dim=0
+        )  # rows: W_Q, then W_K, then W_V
         for proj, w in ((self.q_proj, w_q), (self.k_proj, w_k), (self.v_proj, w_v)):
             proj.weight.copy_(w)
         self.out_proj.weight.copy_(module.out_proj.weight)

@@ -58,7 +58,7 @@ if not torch.cuda.is_available() and not triton.knobs.runtime.interpret:
     )
 
 
-# ---- running a kernel on a device ----------------------------------------------------------
+# ---- running a kernel on a device ----------------------------------------------------
 
 
 def interpreted() -> bool:
@@ -81,7 +81,7 @@ def _check_device(name: str, x: Tensor) -> None:
         )
 
 
-# ---- RoPE --------------------------------------------------------------------------------
+# ---- RoPE ----------------------------------------------------------------------------
 
 
 def _rope_kernel(
@@ -92,7 +92,7 @@ def _rope_kernel(
     num_rows,  # R: every row of x, a (R, D) matrix
     seq_len,  # L
     inner,  # rows between two positions: 1 for (..., L, D), H for (B, L, H, D)
-    rows_per_table,  # rows that share one cos/sin table (R, or R / B for a (B, L, D/2) table)
+    rows_per_table,  # rows sharing one cos/sin table (R; R / B for (B, L, D/2) tables)
     table_stride,  # rows of the table per table: 0 (one shared table) or L
     HALF: tl.constexpr,  # D / 2 pairs per row
     BLOCK_ROWS: tl.constexpr,
@@ -114,7 +114,9 @@ def _rope_kernel(
         ia, ib = pairs, pairs + HALF
     xa = x_ptr + rows[:, None] * (2 * HALF) + ia[None, :]  # (BR, BP) addresses
     xb = x_ptr + rows[:, None] * (2 * HALF) + ib[None, :]
-    compute = tl.float64 if F64 else tl.float32  # the math in float32 (float64 for float64)
+    compute = (
+        tl.float64 if F64 else tl.float32
+    )  # the math in float32 (float64 for float64)
     c = tl.load(cos_ptr + t, mask=mask).to(compute)  # read the table: (BR, BP)
     s = tl.load(sin_ptr + t, mask=mask).to(compute)
     a = tl.load(xa, mask=mask).to(compute)  # read x once
@@ -169,7 +171,13 @@ def rope(
     from companion.rope import apply_rope  # one home for RoPE's argument checks
 
     return apply_rope(
-        x, cos, sin, layout=layout, seq_dim=seq_dim, positions=positions, backend="triton"
+        x,
+        cos,
+        sin,
+        layout=layout,
+        seq_dim=seq_dim,
+        positions=positions,
+        backend="triton",
     )
 
 
@@ -208,7 +216,7 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, seq_axis: int) -> T
     return out
 
 
-# ---- FlashAttention forward -----------------------------------------------------------------
+# ---- FlashAttention forward ----------------------------------------------------------
 
 
 def _flash_kernel(
@@ -217,7 +225,7 @@ def _flash_kernel(
     v_ptr,
     out_ptr,
     lse_ptr,
-    scale,  # log2(e) / sqrt(D) (or the caller's scale times log2 e): exp2 is the fast exp
+    scale,  # log2(e)/sqrt(D), or the caller's scale times log2(e): exp2 is fast
     q_len,  # L
     k_len,  # S
     HEAD_DIM: tl.constexpr,
@@ -226,21 +234,24 @@ def _flash_kernel(
     CAUSAL: tl.constexpr,
     UPCAST: tl.constexpr,  # matrix products in float32 (interpreter, float32 input)
 ):
-    # one program: BLOCK_M queries of one (batch, head); the grid is (L / BLOCK_M, B * H)
+    # one program: BLOCK_M queries of one (batch, head); grid (L / BLOCK_M, B * H)
     start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1).to(tl.int64)  # which (batch, head): the tensors are (B*H, L|S, D)
+    bh = tl.program_id(1).to(
+        tl.int64
+    )  # which (batch, head): the tensors are (B*H, L|S, D)
     offs_m = start_m + tl.arange(0, BLOCK_M)  # (BM,) query rows
     offs_d = tl.arange(0, HEAD_DIM)  # (D,)
     q_rows = bh * q_len + offs_m
     q = tl.load(
-        q_ptr + q_rows[:, None] * HEAD_DIM + offs_d[None, :], mask=(offs_m < q_len)[:, None]
+        q_ptr + q_rows[:, None] * HEAD_DIM + offs_d[None, :],
+        mask=(offs_m < q_len)[:, None],
     )  # (BM, D): read once, kept on chip for the whole loop
     if UPCAST:
         q = q.to(tl.float32)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running row maximum (base 2)
     l_i = tl.zeros((BLOCK_M,), tl.float32)  # running sum of 2^(s - m)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)  # running sum of 2^(s - m) v
-    # causal (top-left, j <= i): key blocks past the last query of this block are all masked
+    # causal (top-left, j <= i): key blocks past this block's last query are all masked
     end_n = tl.minimum(k_len, start_m + BLOCK_M) if CAUSAL else k_len
     for start_n in range(0, end_n, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)  # (BN,) key rows
@@ -255,7 +266,7 @@ def _flash_kernel(
         if CAUSAL:
             keep = keep & (offs_n[None, :] <= offs_m[:, None])
         s = tl.where(keep, s, float("-inf"))
-        # online softmax: a new maximum rescales what was summed so far by 2^(m_old - m_new)
+        # online softmax: a new maximum rescales the sums so far by 2^(m_old - m_new)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing yet
         p = tl.math.exp2(s - m_safe[:, None])  # (BM, BN)
@@ -263,7 +274,7 @@ def _flash_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
-    # divide once at the end; store the output and the natural-log log-sum-exp of each row
+    # divide once at the end; store the output and each row's log-sum-exp (natural log)
     out = acc / l_i[:, None]
     row_ok = offs_m < q_len
     o_ptrs = out_ptr + q_rows[:, None] * HEAD_DIM + offs_d[None, :]
@@ -331,7 +342,9 @@ def flash_attention(
     _validate.same_size("query", query, -1, "key", key, -1, "head width D")
     d = query.shape[-1]
     if d not in (16, 32, 64, 128, 256):
-        raise ValueError(f"query's head width D must be 16, 32, 64, 128 or 256, got {d}")
+        raise ValueError(
+            f"query's head width D must be 16, 32, 64, 128 or 256, got {d}"
+        )
     is_causal = _validate.flag("is_causal", is_causal)
     scale = _validate.optional(_validate.positive_real, "scale", scale)
     for name, blk in (("block_m", block_m), ("block_n", block_n)):
@@ -345,7 +358,9 @@ def flash_attention(
     lse = torch.empty((b, h, q_len), dtype=torch.float32, device=query.device)
     if q_len == 0 or b * h == 0:
         return out, lse
-    if k_len == 0:  # no key to attend to: zeros, as a fully masked row (SDPA's math path)
+    if (
+        k_len == 0
+    ):  # no key to attend to: zeros, as a fully masked row (SDPA's math path)
         return out.zero_(), lse.fill_(float("-inf"))
     q, k, v = (t.contiguous() for t in (query, key, value))
     sm_scale = (1.0 / math.sqrt(d)) if scale is None else scale

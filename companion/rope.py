@@ -84,7 +84,9 @@ def rope_frequencies(head_dim: int, *, base: float = 10000.0) -> Tensor:
     return _frequencies("head_dim", head_dim, base)
 
 
-def _angles(positions: Tensor, frequencies: Tensor, device: torch.device | None) -> Tensor:
+def _angles(
+    positions: Tensor, frequencies: Tensor, device: torch.device | None
+) -> Tensor:
     """Float64 angles ``m * theta_i`` on ``device``: ``(*positions.shape, D/2)``."""
     device = positions.device if device is None else device
     m = positions.to(device=device, dtype=torch.float64)  # (...)
@@ -350,7 +352,9 @@ def apply_rope(
     """
     x = _validate.tensor("x", x, min_ndim=2, meaning="(..., L, D)")
     _validate.even_size("x", x, -1, "head_dim: RoPE rotates pairs")
-    s = _validate.axis("seq_dim", seq_dim, x.ndim, exclude=-1, why="not the last, head_dim")
+    s = _validate.axis(
+        "seq_dim", seq_dim, x.ndim, exclude=-1, why="not the last, head_dim"
+    )
     layout = _validate.choice("layout", layout, LAYOUTS)
     fused = _validate.flag("fused", fused)
     backend = _validate.choice("backend", backend, ("torch", "triton"))
@@ -413,8 +417,12 @@ def apply_rope_complex(x: Tensor, freqs_cis: Tensor, *, seq_dim: int = -2) -> Te
     """
     x = _validate.tensor("x", x, min_ndim=2, meaning="(..., L, D)")
     _validate.even_size("x", x, -1, "head_dim: RoPE rotates pairs")
-    s = _validate.axis("seq_dim", seq_dim, x.ndim, exclude=-1, why="not the last, head_dim")
-    freqs_cis = _validate.tensor("freqs_cis", freqs_cis, dtype="complex", min_ndim=2, max_ndim=3)
+    s = _validate.axis(
+        "seq_dim", seq_dim, x.ndim, exclude=-1, why="not the last, head_dim"
+    )
+    freqs_cis = _validate.tensor(
+        "freqs_cis", freqs_cis, dtype="complex", min_ndim=2, max_ndim=3
+    )
     _validate.same_device("freqs_cis", freqs_cis, "x", x)
     f = _align_table("freqs_cis", freqs_cis, x, s)  # (.., L, 1.., D/2)
     compute = torch.complex128 if x.dtype == torch.float64 else torch.complex64

@@ -61,7 +61,11 @@ PREPARE = """async () => {
 
 
 def _chromium() -> str:
-    for path in (os.environ.get("CHROMIUM"), *CHROMIUM_CANDIDATES, shutil.which("chromium")):
+    for path in (
+        os.environ.get("CHROMIUM"),
+        *CHROMIUM_CANDIDATES,
+        shutil.which("chromium"),
+    ):
         if path and Path(path).is_file():
             return path
     sys.exit("build_pdf: no Chromium found (install Debian's `chromium` package)")
@@ -99,7 +103,12 @@ def print_pdf() -> dict[str, int]:
                 path=str(PDF),
                 format="A4",
                 print_background=True,
-                margin={"top": "16mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
+                margin={
+                    "top": "16mm",
+                    "bottom": "18mm",
+                    "left": "16mm",
+                    "right": "16mm",
+                },
                 display_header_footer=True,
                 header_template="<span></span>",
                 footer_template=(
@@ -116,7 +125,9 @@ def print_pdf() -> dict[str, int]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-build", action="store_true", help="reuse _build/singlehtml")
+    parser.add_argument(
+        "--no-build", action="store_true", help="reuse _build/singlehtml"
+    )
     args = parser.parse_args(argv)
     if not args.no_build:
         build_singlehtml()
@@ -128,7 +139,9 @@ def main(argv: list[str]) -> int:
     )
     if HTML.is_dir():
         shutil.copyfile(PDF, HTML / "book.pdf")
-        print(f"build_pdf: copied to {(HTML / 'book.pdf').relative_to(ROOT)} for the site")
+        print(
+            f"build_pdf: copied to {(HTML / 'book.pdf').relative_to(ROOT)} for the site"
+        )
     return 0
 
 

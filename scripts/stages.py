@@ -23,7 +23,10 @@ def main(argv: list[str]) -> int:
         ok = subprocess.run(command, shell=True, check=False).returncode == 0
         elapsed = time.perf_counter() - start
         results.append((name, ok, elapsed))
-        print(f"===== {name}: {'passed' if ok else 'FAILED'} in {elapsed:.1f} s", flush=True)
+        print(
+            f"===== {name}: {'passed' if ok else 'FAILED'} in {elapsed:.1f} s",
+            flush=True,
+        )
 
     width = max(len(name) for name, _, _ in results)
     print("\nmake test summary")

@@ -49,7 +49,8 @@ def loop_attention(q, k, v, allowed, scale):
     out = np.zeros((q.shape[0], v.shape[1]))
     for i in range(q.shape[0]):
         scores = [
-            sum(q[i, d] * k[j, d] for d in range(q.shape[1])) * scale for j in range(k.shape[0])
+            sum(q[i, d] * k[j, d] for d in range(q.shape[1])) * scale
+            for j in range(k.shape[0])
         ]
         keep = [j for j in range(k.shape[0]) if allowed[i][j]]
         top = max(scores[j] for j in keep)
@@ -112,7 +113,11 @@ def test_matches_torch_sdpa(case, dtype, device):
     expected = F.scaled_dot_product_attention(q, k, v, **theirs)
     got = scaled_dot_product_attention(q, k, v, **ours)
     assert got.dtype == dtype and got.device == expected.device
-    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    tol = (
+        {"atol": 2e-2, "rtol": 2e-2}
+        if dtype == torch.bfloat16
+        else {"atol": 1e-5, "rtol": 1e-5}
+    )
     torch.testing.assert_close(got, expected, **tol)
 
 
@@ -121,7 +126,9 @@ def test_weights_match_explicit_softmax():
     mask = torch.rand(5, 6, generator=torch.Generator().manual_seed(1)) > 0.3
     mask[:, 2] = True
     scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~mask, float("-inf"))
-    torch.testing.assert_close(attention_weights(q, k, mask=mask), torch.softmax(scores, dim=-1))
+    torch.testing.assert_close(
+        attention_weights(q, k, mask=mask), torch.softmax(scores, dim=-1)
+    )
 
 
 def test_bottom_right_matches_torch_causal_lower_right(device):
@@ -129,7 +136,9 @@ def test_bottom_right_matches_torch_causal_lower_right(device):
     bias = causal_lower_right(4, 7)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     mask = causal_mask(4, 7, alignment="bottom_right", device=device)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask=mask), expected)
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, mask=mask), expected
+    )
 
 
 @pytest.mark.parametrize(("length", "source"), [(4, 4), (3, 6), (6, 3)])
@@ -137,9 +146,15 @@ def test_causal_mask_alignments(length, source):
     ones = torch.ones(length, source, dtype=torch.bool)
     assert torch.equal(causal_mask(length, source), ones.tril())
     lower_right = ones.tril(diagonal=source - length)
-    if length <= source:  # torch warns that its lower-right bias gives NaN rows otherwise
-        assert torch.equal(lower_right, causal_lower_right(length, source)._materialize())
-    assert torch.equal(causal_mask(length, source, alignment="bottom_right"), lower_right)
+    if (
+        length <= source
+    ):  # torch warns that its lower-right bias gives NaN rows otherwise
+        assert torch.equal(
+            lower_right, causal_lower_right(length, source)._materialize()
+        )
+    assert torch.equal(
+        causal_mask(length, source, alignment="bottom_right"), lower_right
+    )
 
 
 def test_fully_masked_row_gives_zero():
@@ -152,7 +167,9 @@ def test_fully_masked_row_gives_zero():
     assert torch.equal(out[1], torch.zeros(4))
     assert torch.isfinite(out).all()
     float_mask = torch.zeros(3, 5).masked_fill(~mask, float("-inf"))
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask=float_mask), out)
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, mask=float_mask), out
+    )
 
 
 def test_scores_against_loops():
@@ -176,7 +193,9 @@ def test_scores_against_loops():
     # general with the identity is the dot score
     q2, k2, _ = qkv(2, 3, 4, source=5, dtype=torch.float64)
     identity = torch.eye(4, dtype=torch.float64)
-    torch.testing.assert_close(general_score(q2, k2, weight=identity), dot_score(q2, k2))
+    torch.testing.assert_close(
+        general_score(q2, k2, weight=identity), dot_score(q2, k2)
+    )
     torch.testing.assert_close(dot_score(q2, k2), torch.einsum("bld,bsd->bls", q2, k2))
 
 
@@ -184,8 +203,12 @@ def test_scores_against_loops():
 @pytest.mark.parametrize("masks", ["none", "bool", "float", "causal"])
 def test_multi_head_matches_torch(bias, masks, device):
     torch.manual_seed(0)
-    theirs = torch.nn.MultiheadAttention(16, 4, bias=bias, batch_first=True, device=device)
-    ours = MultiHeadAttention(16, 4, bias=bias, device=device).load_torch_weights(theirs)
+    theirs = torch.nn.MultiheadAttention(
+        16, 4, bias=bias, batch_first=True, device=device
+    )
+    ours = MultiHeadAttention(16, 4, bias=bias, device=device).load_torch_weights(
+        theirs
+    )
     theirs.eval()
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, 5, 16, generator=gen).to(device)
@@ -201,7 +224,9 @@ def test_multi_head_matches_torch(bias, masks, device):
     elif masks == "float":
         additive = torch.randn(5, 6, generator=gen).to(device)
         padding = torch.zeros(2, 6, device=device)
-        padding[1, 3:] = float("-inf")  # float, like attn_mask: torch deprecates mixing types
+        padding[1, 3:] = float(
+            "-inf"
+        )  # float, like attn_mask: torch deprecates mixing types
         kw = {"key_padding_mask": padding, "attn_mask": additive}
         mask = mask_from_torch_mha(attn_mask=additive, key_padding_mask=padding)
     with torch.no_grad():
@@ -220,7 +245,9 @@ def test_multi_head_is_thin_and_splits_heads_like_torch():
     theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True)
     ours = MultiHeadAttention(8, 2).load_torch_weights(theirs)
     x = torch.randn(1, 4, 8)
-    _, per_head = theirs(x, x, x, need_weights=True, average_attn_weights=False)  # (B, H, L, S)
+    _, per_head = theirs(
+        x, x, x, need_weights=True, average_attn_weights=False
+    )  # (B, H, L, S)
     q = ours.q_proj(x).view(1, 4, 2, 4).transpose(1, 2)
     k = ours.k_proj(x).view(1, 4, 2, 4).transpose(1, 2)
     torch.testing.assert_close(attention_weights(q, k), per_head)
@@ -254,20 +281,35 @@ def test_measure_peak_memory_counts_tensors():
         del a
         return b + 1  # b and the result: 8000 bytes
 
-    assert measure_peak_memory(lambda: torch.empty(250).fill_(0.0), device="cpu") == 1000
+    assert (
+        measure_peak_memory(lambda: torch.empty(250).fill_(0.0), device="cpu") == 1000
+    )
     assert measure_peak_memory(two_live, device="cpu") == 8000
 
 
 def test_measure_peak_memory_ignores_views_of_existing_tensors():
-    x = torch.randn(3, 1, 1, 512, 64)  # q, k, v in one storage, made before the measurement
-    assert measure_peak_memory(lambda: (x[0], x[1, ..., 100:200, :], x.view(-1)), device="cpu") == 0
-    assert measure_peak_memory(lambda: x.add_(1.0), device="cpu") == 0  # in place: no new memory
+    x = torch.randn(
+        3, 1, 1, 512, 64
+    )  # q, k, v in one storage, made before the measurement
+    assert (
+        measure_peak_memory(
+            lambda: (x[0], x[1, ..., 100:200, :], x.view(-1)), device="cpu"
+        )
+        == 0
+    )
+    assert (
+        measure_peak_memory(lambda: x.add_(1.0), device="cpu") == 0
+    )  # in place: no new memory
     # a view of the shared storage must not be charged the whole storage: peaks are the
     # same
     qa, ka, va = x
     q, k, v = qa.clone(), ka.clone(), va.clone()
-    shared = measure_peak_memory(lambda: tiled_attention(qa, ka, va, block_size=64), device="cpu")
-    separate = measure_peak_memory(lambda: tiled_attention(q, k, v, block_size=64), device="cpu")
+    shared = measure_peak_memory(
+        lambda: tiled_attention(qa, ka, va, block_size=64), device="cpu"
+    )
+    separate = measure_peak_memory(
+        lambda: tiled_attention(q, k, v, block_size=64), device="cpu"
+    )
     assert shared == separate
     # the tiled peak is the (L, d) output plus a few (block, block) and (block, d) tiles
     out_bytes = q.numel() * 4
@@ -283,7 +325,9 @@ def test_measure_peak_memory_keeps_a_storage_while_a_view_of_it_lives():
 
     def scores_then_more() -> None:
         kept.append(a @ b.transpose(-2, -1))  # (1, 2, 64, 64): 32 KiB, alive to the end
-        kept.append(torch.empty(1000).fill_(0.0))  # 4000 bytes more while the scores live
+        kept.append(
+            torch.empty(1000).fill_(0.0)
+        )  # 4000 bytes more while the scores live
 
     peak = measure_peak_memory(scores_then_more, device="cpu")
     assert peak >= 2 * 64 * 64 * 4 + 4000
@@ -292,8 +336,12 @@ def test_measure_peak_memory_keeps_a_storage_while_a_view_of_it_lives():
 def test_tiled_memory_is_a_small_fraction_of_the_score_matrix():
     q, k, v = qkv(1, 1, 1024, 16)
     score_matrix = 1024 * 1024 * 4
-    full = measure_peak_memory(lambda: scaled_dot_product_attention(q, k, v), device="cpu")
-    tiled = measure_peak_memory(lambda: tiled_attention(q, k, v, block_size=64), device="cpu")
+    full = measure_peak_memory(
+        lambda: scaled_dot_product_attention(q, k, v), device="cpu"
+    )
+    tiled = measure_peak_memory(
+        lambda: tiled_attention(q, k, v, block_size=64), device="cpu"
+    )
     assert full >= 2 * score_matrix  # scores and weights coexist
     assert tiled <= score_matrix / 20
 
@@ -337,7 +385,9 @@ def test_permutation_equivariance(problem, seed):
     permuted = scaled_dot_product_attention(q[:, p_query], k, v)
     torch.testing.assert_close(permuted, out[:, p_query])
     # ... and permuting the key/value pairs together changes nothing (invariance)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k[:, p_key], v[:, p_key]), out)
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k[:, p_key], v[:, p_key]), out
+    )
 
 
 def test_positions_break_permutation_equivariance():
@@ -414,7 +464,12 @@ def _sdpa(**override):
 
 SDPA = "scaled_dot_product_attention"
 BAD_INPUTS = [
-    (SDPA, _sdpa(backend="flash"), ValueError, r"^backend must be one of 'torch', 'triton'"),
+    (
+        SDPA,
+        _sdpa(backend="flash"),
+        ValueError,
+        r"^backend must be one of 'torch', 'triton'",
+    ),
     (
         SDPA,
         _sdpa(backend="triton", mask=torch.ones(4, 5, dtype=torch.bool)),
@@ -626,7 +681,9 @@ BAD_INPUTS = [
     ),
     (
         "additive_score",
-        lambda: additive_score(_q, _k, **{**_w, "query_weight": torch.ones(4, 8).double()}),
+        lambda: additive_score(
+            _q, _k, **{**_w, "query_weight": torch.ones(4, 8).double()}
+        ),
         TypeError,
         "query_weight must have query's dtype",
     ),
@@ -644,13 +701,17 @@ BAD_INPUTS = [
     ),
     (
         "concat_score",
-        lambda: concat_score(_q, _k, weight=torch.ones(4, 16), v=torch.ones(4).double()),
+        lambda: concat_score(
+            _q, _k, weight=torch.ones(4, 16), v=torch.ones(4).double()
+        ),
         TypeError,
         "v must have query's dtype",
     ),
     (
         "concat_score",
-        lambda: concat_score(_q, torch.randn(3, 5, 8), weight=torch.ones(4, 16), v=torch.ones(4)),
+        lambda: concat_score(
+            _q, torch.randn(3, 5, 8), weight=torch.ones(4, 16), v=torch.ones(4)
+        ),
         ValueError,
         "query and key must broadcast",
     ),
@@ -730,7 +791,9 @@ BAD_INPUTS = [
     ),
     (
         "tiled_attention",
-        lambda: tiled_attention(torch.randn(2, 4, 0), torch.randn(2, 5, 0), _v, block_size=2),
+        lambda: tiled_attention(
+            torch.randn(2, 4, 0), torch.randn(2, 5, 0), _v, block_size=2
+        ),
         ValueError,
         "query must have a positive feature width D",
     ),
@@ -873,7 +936,9 @@ BAD_INPUTS = [
     ),
     (
         "MultiHeadAttention.load_torch_weights",
-        lambda: MultiHeadAttention(8, 2).load_torch_weights(torch.nn.MultiheadAttention(8, 4)),
+        lambda: MultiHeadAttention(8, 2).load_torch_weights(
+            torch.nn.MultiheadAttention(8, 4)
+        ),
         ValueError,
         "module must have embed_dim=8, num_heads=2",
     ),
@@ -945,7 +1010,9 @@ def test_no_queries_give_empty_outputs():
 
 
 def test_dot_score_of_width_zero_is_the_empty_sum():
-    assert torch.equal(dot_score(torch.randn(3, 0), torch.randn(4, 0)), torch.zeros(3, 4))
+    assert torch.equal(
+        dot_score(torch.randn(3, 0), torch.randn(4, 0)), torch.zeros(3, 4)
+    )
 
 
 def test_masks_of_two_float_dtypes_combine_in_the_wider_one():
@@ -963,8 +1030,12 @@ def test_mask_from_torch_mha_inverts_and_combines():
     assert torch.equal(mask_from_torch_mha(attn_mask=blocked), ~blocked)
     both = mask_from_torch_mha(attn_mask=blocked, key_padding_mask=padding)
     assert torch.equal(both[1, 0], torch.tensor([[True, False], [True, False]]))
-    additive = mask_from_torch_mha(attn_mask=torch.zeros(2, 2), key_padding_mask=padding)
-    assert additive.dtype == torch.float32 and torch.isneginf(additive[1, 0, :, 1]).all()
+    additive = mask_from_torch_mha(
+        attn_mask=torch.zeros(2, 2), key_padding_mask=padding
+    )
+    assert (
+        additive.dtype == torch.float32 and torch.isneginf(additive[1, 0, :, 1]).all()
+    )
 
 
 # ---- valid random inputs never raise -------------------------------------------------
@@ -994,14 +1065,22 @@ def valid_calls(draw):
 @given(valid_calls())
 def test_valid_random_inputs_never_raise(call):
     q, k, v, mask, causal, scale, block = call
-    out = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal, scale=scale)
-    assert out.shape == (*out.shape[:-2], q.shape[-2], v.shape[-1]) and out.dtype == q.dtype
+    out = scaled_dot_product_attention(
+        q, k, v, mask=mask, is_causal=causal, scale=scale
+    )
+    assert (
+        out.shape == (*out.shape[:-2], q.shape[-2], v.shape[-1])
+        and out.dtype == q.dtype
+    )
     weights = attention_weights(q, k, mask=mask, is_causal=causal, scale=scale)
     assert weights.shape[-2:] == (q.shape[-2], k.shape[-2])
     tiled = tiled_attention(q, k, v, block_size=block, is_causal=causal, scale=scale)
     assert tiled.shape == out.shape
     assert dot_score(q, k).shape == weights.shape
-    assert causal_mask(q.shape[-2], k.shape[-2], alignment="bottom_right").dtype == torch.bool
+    assert (
+        causal_mask(q.shape[-2], k.shape[-2], alignment="bottom_right").dtype
+        == torch.bool
+    )
 
 
 @given(

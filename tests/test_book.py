@@ -65,13 +65,19 @@ def test_every_toc_entry_exists() -> None:
 def test_every_page_is_in_the_toc() -> None:
     listed = {str(Path(f).with_suffix("")) for f in toc_files()}
     pages = sorted(BOOK.glob("*.ipynb")) + sorted(BOOK.glob("*.md"))
-    orphans = [p.name for p in pages if str(p.relative_to(ROOT).with_suffix("")) not in listed]
+    orphans = [
+        p.name for p in pages if str(p.relative_to(ROOT).with_suffix("")) not in listed
+    ]
     assert not orphans, f"pages not in _toc.yml (they would not be built): {orphans}"
 
 
 def test_chapter_files_follow_the_layout() -> None:
     """book/NN_topic.ipynb: a two-digit number and a snake_case topic."""
-    bad = [nb.name for nb in NOTEBOOKS if not re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", nb.name)]
+    bad = [
+        nb.name
+        for nb in NOTEBOOKS
+        if not re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", nb.name)
+    ]
     assert not bad, f"notebooks not named NN_topic.ipynb: {bad}"
 
 
@@ -80,7 +86,8 @@ def test_no_committed_outputs(nb_path: Path) -> None:
     dirty = [
         i
         for i, c in enumerate(load(nb_path)["cells"])
-        if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count") is not None)
+        if c["cell_type"] == "code"
+        and (c.get("outputs") or c.get("execution_count") is not None)
     ]
     assert not dirty, f"{nb_path.name}: code cells {dirty} have outputs; run nbstripout"
 
@@ -140,13 +147,17 @@ def test_exercises_have_gated_solutions_that_run_a_checker(nb_path: Path) -> Non
                 current = start.group(1)
                 solutions[current] = []
             if "{solution-end}" in text:
-                assert current is not None, f"{nb_path.name}: solution-end without a start"
+                assert current is not None, (
+                    f"{nb_path.name}: solution-end without a start"
+                )
                 current = None
         elif current is not None:
             solutions[current].append(cell)
     assert current is None, f"{nb_path.name}: solution {current} is never closed"
     orphans = sorted(set(solutions) - set(exercises))
-    assert not orphans, f"{nb_path.name}: solutions without an exercise block: {orphans}"
+    assert not orphans, (
+        f"{nb_path.name}: solutions without an exercise block: {orphans}"
+    )
     for label in exercises:
         assert label in solutions, f"{nb_path.name}: exercise {label} has no solution"
         body = "\n".join(source(c) for c in solutions[label])
@@ -154,7 +165,9 @@ def test_exercises_have_gated_solutions_that_run_a_checker(nb_path: Path) -> Non
             f"{nb_path.name}: the solution to {label} must call its checker"
         )
         skipped = [
-            c for c in solutions[label] if "skip-execution" in c.get("metadata", {}).get("tags", [])
+            c
+            for c in solutions[label]
+            if "skip-execution" in c.get("metadata", {}).get("tags", [])
         ]
         assert not skipped, f"{nb_path.name}: the solution to {label} must run at build"
 
@@ -164,7 +177,9 @@ def test_solution_blocks_are_dropdowns() -> None:
         for cell in load(nb_path)["cells"]:
             text = source(cell)
             for block in re.findall(r"```\{solution(?:-start)?\}[^`]*```", text):
-                assert ":class: dropdown" in block, f"{nb_path.name}: solution not hidden"
+                assert ":class: dropdown" in block, (
+                    f"{nb_path.name}: solution not hidden"
+                )
 
 
 def test_every_module_has_a_test_file() -> None:
@@ -175,9 +190,12 @@ def test_every_module_has_a_test_file() -> None:
     missing = [
         m.name
         for m in modules
-        if not m.stem.startswith("_") and not (ROOT / "tests" / f"test_{m.stem}.py").exists()
+        if not m.stem.startswith("_")
+        and not (ROOT / "tests" / f"test_{m.stem}.py").exists()
     ]
-    assert (ROOT / "tests" / "test_validate.py").exists(), "the validation layer has no tests"
+    assert (ROOT / "tests" / "test_validate.py").exists(), (
+        "the validation layer has no tests"
+    )
     assert not missing, f"companion modules without tests/test_<module>.py: {missing}"
 
 
@@ -246,13 +264,19 @@ def test_exercise_stubs_run_their_checker_without_stopping(nb_path: Path) -> Non
     folded = {i for i, _ in solution_cells(load(nb_path))}
     for i, cell in enumerate(load(nb_path)["cells"]):
         text = source(cell)
-        if cell["cell_type"] != "code" or "NotImplementedError" not in text or i in folded:
+        if (
+            cell["cell_type"] != "code"
+            or "NotImplementedError" not in text
+            or i in folded
+        ):
             continue
-        assert re.search(r"\bcheck\w*\(", text), f"{nb_path.name}: stub {i} calls no checker"
+        assert re.search(r"\bcheck\w*\(", text), (
+            f"{nb_path.name}: stub {i} calls no checker"
+        )
         # chapter 0 shows its stub's "not attempted yet" on purpose: it explains the pattern
-        assert nb_path.name.startswith("00_") or "remove-output" in cell.get("metadata", {}).get(
-            "tags", []
-        ), f"{nb_path.name}: stub {i} must be tagged remove-output"
+        assert nb_path.name.startswith("00_") or "remove-output" in cell.get(
+            "metadata", {}
+        ).get("tags", []), f"{nb_path.name}: stub {i} must be tagged remove-output"
 
 
 # Import name -> distribution name, where they differ.
@@ -275,7 +299,9 @@ def chapter_imports() -> dict[str, set[str]]:
                 names = []
                 if isinstance(node, ast.Import):
                     names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                elif (
+                    isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                ):
                     names = [node.module]
                 for name in names:
                     found.setdefault(name.split(".")[0], set()).add(nb_path.name)
@@ -291,7 +317,10 @@ def test_every_module_a_chapter_imports_is_declared() -> None:
     declared = list(project["dependencies"])
     for extra in project.get("optional-dependencies", {}).values():
         declared += extra
-    names = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower().replace("_", "-") for d in declared}
+    names = {
+        re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower().replace("_", "-")
+        for d in declared
+    }
     local = {"companion", "IPython"}  # the package itself; IPython comes with Jupyter
     missing = {
         module: sorted(chapters)
@@ -300,8 +329,12 @@ def test_every_module_a_chapter_imports_is_declared() -> None:
         and module not in local
         and DISTRIBUTION.get(module, module).lower().replace("_", "-") not in names
     }
-    assert not missing, f"imported by chapters but not declared in pyproject.toml: {missing}"
-    assert "book" in project.get("optional-dependencies", {}), "the [book] extra is missing"
+    assert not missing, (
+        f"imported by chapters but not declared in pyproject.toml: {missing}"
+    )
+    assert "book" in project.get("optional-dependencies", {}), (
+        "the [book] extra is missing"
+    )
 
 
 def test_book_extra_is_what_the_environment_report_checks() -> None:

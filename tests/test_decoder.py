@@ -313,7 +313,9 @@ def test_non_power_of_two_alibi_uses_the_interleaved_slopes() -> None:
     )
     torch.testing.assert_close(
         # HF's public bias m_h * j at j = 1: the slopes (the private helper varies by version)
-        build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), 6, torch.float64)[:, 0, 1],
+        build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), 6, torch.float64)[
+            :, 0, 1
+        ],
         torch.tensor(expected, dtype=torch.float64),
     )
     assert from_hf(hf).spec.num_heads == 6

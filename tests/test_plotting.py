@@ -35,7 +35,12 @@ BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
         TypeError,
         r"does not support item assignment",
     ),
-    ("scheme_color", lambda: plotting.scheme_color(3), TypeError, r"name must be a str, got 3"),
+    (
+        "scheme_color",
+        lambda: plotting.scheme_color(3),
+        TypeError,
+        r"name must be a str, got 3",
+    ),
     (
         "scheme_color",
         lambda: plotting.scheme_color("blue"),
@@ -204,7 +209,12 @@ BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
         ValueError,
         r"series 'a' has shape \(3,\), x has shape \(4,\)",
     ),
-    ("curves", lambda: plotting.curves(_ax(), X, Y, logy=1), TypeError, r"logy must be a bool"),
+    (
+        "curves",
+        lambda: plotting.curves(_ax(), X, Y, logy=1),
+        TypeError,
+        r"logy must be a bool",
+    ),
     (
         "padded_batch_diagram",
         lambda: plotting.padded_batch_diagram(_ax(), [["a"]], mode="group"),
@@ -225,7 +235,9 @@ BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
     ),
     (
         "padded_batch_diagram",
-        lambda: plotting.padded_batch_diagram(_ax(), [["a"]], mode="layer", token=(1, 0)),
+        lambda: plotting.padded_batch_diagram(
+            _ax(), [["a"]], mode="layer", token=(1, 0)
+        ),
         ValueError,
         r"token must index a real token, got \(1, 0\)",
     ),
@@ -261,7 +273,9 @@ BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
     ),
     (
         "error_vs_position",
-        lambda: plotting.error_vs_position(_ax(), torch.tensor([0.0, 2.0]), {"b": torch.ones(2)}),
+        lambda: plotting.error_vs_position(
+            _ax(), torch.tensor([0.0, 2.0]), {"b": torch.ones(2)}
+        ),
         ValueError,
         r"positions must be 1-D and positive",
     ),
@@ -323,7 +337,9 @@ BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
     ),
     (
         "accuracy_by_length",
-        lambda: plotting.accuracy_by_length(_ax(), {"a": torch.ones(3, 1)}, (8,), train_length=0),
+        lambda: plotting.accuracy_by_length(
+            _ax(), {"a": torch.ones(3, 1)}, (8,), train_length=0
+        ),
         ValueError,
         r"train_length must be a positive int, got 0",
     ),
@@ -359,7 +375,9 @@ BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
     BAD_INPUTS,
     ids=[f"{case[0]}-{i}" for i, case in enumerate(BAD_INPUTS)],
 )
-def test_bad_input_raises_a_named_error(name: str, thunk, error: type, match: str) -> None:
+def test_bad_input_raises_a_named_error(
+    name: str, thunk, error: type, match: str
+) -> None:
     with pytest.raises(error, match=match):
         thunk()
 
@@ -421,7 +439,9 @@ def test_scheme_color_understands_the_book_s_spellings(name: str, key: str) -> N
 # ---- named_series: the one loop ------------------------------------------------------------
 
 
-def test_named_series_draws_each_series_with_scheme_colours_and_touches_no_rcparams() -> None:
+def test_named_series_draws_each_series_with_scheme_colours_and_touches_no_rcparams() -> (
+    None
+):
     before = dict(matplotlib.rcParams)
     ax = _ax()
     x = np.array([1.0, 2.0, 4.0])
@@ -431,7 +451,9 @@ def test_named_series_draws_each_series_with_scheme_colours_and_touches_no_rcpar
     assert [ln.get_label() for ln in lines] == list(series)
     for line, y in zip(lines, series.values(), strict=True):
         np.testing.assert_array_equal(line.get_xdata(), x)
-        np.testing.assert_array_equal(line.get_ydata(), plotting.to_numpy(torch.as_tensor(y)))
+        np.testing.assert_array_equal(
+            line.get_ydata(), plotting.to_numpy(torch.as_tensor(y))
+        )
     colours = [to_hex(ln.get_color()) for ln in lines]
     assert colours[0] == plotting.SCHEME_COLORS["rope"]
     assert colours[2] == plotting.SCHEME_COLORS["alibi"]
@@ -470,7 +492,9 @@ def test_heatmap_draws_the_matrix_and_labels_without_touching_rcparams() -> None
     before = dict(matplotlib.rcParams)
     ax = _ax()
     m = torch.tensor([[1.0, -2.0], [0.5, 0.0]])
-    out = plotting.heatmap(ax, m, title="t", xlabel="x", ylabel="y", xticklabels=["a", "b"])
+    out = plotting.heatmap(
+        ax, m, title="t", xlabel="x", ylabel="y", xticklabels=["a", "b"]
+    )
     assert out is ax
     image = ax.get_images()[0]
     np.testing.assert_array_equal(image.get_array(), m.numpy())
@@ -499,7 +523,9 @@ def test_encoding_columns_puts_its_legend_outside_the_axes() -> None:
 
 def test_layer_profile_numbers_layers_from_one_for_models_of_different_depths() -> None:
     ax = _ax()
-    plotting.layer_profile(ax, {"pre-LN": [1.0, 2.0], "post-LN": torch.tensor([1.0, 2.0, 3.0])})
+    plotting.layer_profile(
+        ax, {"pre-LN": [1.0, 2.0], "post-LN": torch.tensor([1.0, 2.0, 3.0])}
+    )
     a, b = ax.get_lines()
     assert a.get_xdata().tolist() == [1, 2] and b.get_xdata().tolist() == [1, 2, 3]
     assert to_hex(b.get_color()) == plotting.SCHEME_COLORS["post-ln"]
@@ -511,7 +537,9 @@ def test_wavelength_and_error_and_loglog_helpers_draw_their_guides() -> None:
     assert len(ax.get_lines()) == 2 and ax.get_xscale() == "log"
     ax = _ax()
     plotting.error_vs_position(ax, X, {"e": torch.zeros(4)}, levels={"f32": 1e-7})
-    assert ax.get_lines()[0].get_ydata().min() == 1e-300, "exact zeros drawn at the floor"
+    assert ax.get_lines()[0].get_ydata().min() == 1e-300, (
+        "exact zeros drawn at the floor"
+    )
     ax = _ax()
     plotting.loglog_curves(ax, X, {"full": X**2}, reference_power=2)
     guide = ax.get_lines()[1].get_ydata()

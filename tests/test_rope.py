@@ -49,7 +49,9 @@ TOL = {
 # ---- independent references ----------------------------------------------------------
 
 
-def loop_rope(x: torch.Tensor, positions: torch.Tensor, base: float, layout: str) -> torch.Tensor:
+def loop_rope(
+    x: torch.Tensor, positions: torch.Tensor, base: float, layout: str
+) -> torch.Tensor:
     """Float64 oracle from the formula: one explicit 2x2 rotation per (position, "
     "pair)."""
     x = x.to(torch.float64)
@@ -66,7 +68,9 @@ def loop_rope(x: torch.Tensor, positions: torch.Tensor, base: float, layout: str
     return out
 
 
-def meta_precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> torch.Tensor:
+def meta_precompute_freqs_cis(
+    dim: int, end: int, theta: float = 10000.0
+) -> torch.Tensor:
     """Meta's LLaMA reference ``precompute_freqs_cis`` (float32 angles, as "
     "published)."""
     freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
@@ -84,7 +88,9 @@ def meta_apply_rotary_emb(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Ten
     return out.type_as(x)
 
 
-def hf_cos_sin(head_dim: int, positions: torch.Tensor, x: torch.Tensor, base: float = 10000.0):
+def hf_cos_sin(
+    head_dim: int, positions: torch.Tensor, x: torch.Tensor, base: float = 10000.0
+):
     config = LlamaConfig(
         hidden_size=2 * head_dim,
         num_attention_heads=2,
@@ -102,7 +108,9 @@ def hf_cos_sin(head_dim: int, positions: torch.Tensor, x: torch.Tensor, base: fl
 def test_frequencies_match_formula_and_hf_inv_freq() -> None:
     theta = rope_frequencies(16, base=10000.0)
     assert theta.dtype == torch.float64 and theta.shape == (8,)
-    expected = torch.tensor([10000.0 ** (-2 * i / 16) for i in range(8)], dtype=torch.float64)
+    expected = torch.tensor(
+        [10000.0 ** (-2 * i / 16) for i in range(8)], dtype=torch.float64
+    )
     torch.testing.assert_close(theta, expected, atol=0, rtol=1e-15)
     config = LlamaConfig(hidden_size=32, num_attention_heads=2, head_dim=16)
     inv_freq = LlamaRotaryEmbedding(config).inv_freq
@@ -111,11 +119,15 @@ def test_frequencies_match_formula_and_hf_inv_freq() -> None:
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
-def test_apply_rope_matches_float64_loop(layout: str, dtype: torch.dtype, device) -> None:
+def test_apply_rope_matches_float64_loop(
+    layout: str, dtype: torch.dtype, device
+) -> None:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 5, 8, generator=gen, dtype=torch.float64)
     positions = torch.tensor([0, 1, 7, 100, 1000])
-    cos, sin = rope_cos_sin(positions, rope_frequencies(8), dtype=torch.float64, device=device)
+    cos, sin = rope_cos_sin(
+        positions, rope_frequencies(8), dtype=torch.float64, device=device
+    )
     got = apply_rope(x.to(device, dtype), cos, sin, layout=layout)
     assert got.dtype == dtype and got.device.type == device.type
     expected = loop_rope(x.to(dtype), positions, 10000.0, layout)
@@ -128,13 +140,17 @@ def test_half_layout_matches_hugging_face(dtype: torch.dtype, device) -> None:
     q = torch.randn(2, 4, 12, 16, generator=gen).to(device, dtype)
     k = torch.randn(2, 4, 12, 16, generator=gen).to(device, dtype)
     positions = torch.arange(12) + 5
-    hf_cos, hf_sin = hf_cos_sin(16, positions, q)  # (1, L, D), float32 angles, cast to dtype
+    hf_cos, hf_sin = hf_cos_sin(
+        16, positions, q
+    )  # (1, L, D), float32 angles, cast to dtype
     hf_q, hf_k = apply_rotary_pos_emb(q, k, hf_cos, hf_sin, unsqueeze_dim=1)
     cos, sin = rope_cos_sin(positions, rope_frequencies(16), device=device)  # (L, D/2)
     torch.testing.assert_close(apply_rope(q, cos, sin), hf_q, **TOL[dtype])
     torch.testing.assert_close(apply_rope(k, cos, sin), hf_k, **TOL[dtype])
     # our layout-independent table is HF's first half; HF repeats it
-    torch.testing.assert_close(hf_cos[0], torch.cat((cos, cos), -1).to(dtype), **TOL[dtype])
+    torch.testing.assert_close(
+        hf_cos[0], torch.cat((cos, cos), -1).to(dtype), **TOL[dtype]
+    )
 
 
 def test_hugging_face_with_position_ids_and_bhld_vs_blhd(device) -> None:
@@ -144,7 +160,9 @@ def test_hugging_face_with_position_ids_and_bhld_vs_blhd(device) -> None:
     config = LlamaConfig(hidden_size=16, num_attention_heads=2, head_dim=8)
     hf_cos, hf_sin = LlamaRotaryEmbedding(config).to(device)(q, position_ids.to(device))
     hf_q, _ = apply_rotary_pos_emb(q, q, hf_cos, hf_sin, unsqueeze_dim=2)
-    cos, sin = rope_cos_sin(position_ids, rope_frequencies(8), device=device)  # (B, L, D/2)
+    cos, sin = rope_cos_sin(
+        position_ids, rope_frequencies(8), device=device
+    )  # (B, L, D/2)
     torch.testing.assert_close(apply_rope(q, cos, sin, seq_dim=1), hf_q)
     torch.testing.assert_close(apply_rope(q, cos, sin, seq_dim=-3), hf_q)
     bhld = apply_rope(q.transpose(1, 2), cos, sin)  # (B, H, L, D)
@@ -157,9 +175,13 @@ def test_rotate_half_is_hugging_face_rotate_half(device) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_interleaved_layout_matches_meta_complex_reference(dtype: torch.dtype, device) -> None:
+def test_interleaved_layout_matches_meta_complex_reference(
+    dtype: torch.dtype, device
+) -> None:
     gen = torch.Generator().manual_seed(3)
-    x = torch.randn(2, 9, 4, 16, generator=gen).to(device, dtype)  # (B, L, H, D) as in Meta
+    x = torch.randn(2, 9, 4, 16, generator=gen).to(
+        device, dtype
+    )  # (B, L, H, D) as in Meta
     freqs_cis = meta_precompute_freqs_cis(16, 9).to(device)
     expected = meta_apply_rotary_emb(x, freqs_cis)
     cos, sin = rope_cos_sin(torch.arange(9), rope_frequencies(16), device=device)
@@ -167,7 +189,9 @@ def test_interleaved_layout_matches_meta_complex_reference(dtype: torch.dtype, d
         apply_rope(x, cos, sin, layout="interleaved", seq_dim=1), expected, **TOL[dtype]
     )
     ours_cis = rope_freqs_cis(torch.arange(9), rope_frequencies(16), device=device)
-    torch.testing.assert_close(apply_rope_complex(x, ours_cis, seq_dim=1), expected, **TOL[dtype])
+    torch.testing.assert_close(
+        apply_rope_complex(x, ours_cis, seq_dim=1), expected, **TOL[dtype]
+    )
 
 
 def test_interleaved_layout_matches_hugging_face_after_permutation(device) -> None:
@@ -178,7 +202,9 @@ def test_interleaved_layout_matches_hugging_face_after_permutation(device) -> No
     cos, sin = rope_cos_sin(torch.arange(7), rope_frequencies(12), device=device)
     hf_cos, hf_sin = hf_cos_sin(12, torch.arange(7), x)
     hf_half, _ = apply_rotary_pos_emb(x[..., p], x[..., p], hf_cos, hf_sin)
-    torch.testing.assert_close(apply_rope(x, cos, sin, layout="interleaved")[..., p], hf_half)
+    torch.testing.assert_close(
+        apply_rope(x, cos, sin, layout="interleaved")[..., p], hf_half
+    )
 
 
 def test_rope_cos_sin_is_float32_accurate_at_two_to_the_twenty() -> None:
@@ -214,7 +240,9 @@ def test_positions_gather_rows_of_a_precomputed_table(device) -> None:
     ids = torch.tensor([[3, 4, 5, 6], [60, 61, 62, 63]])
     direct = apply_rope(x, *rope_cos_sin(ids, theta, device=device))
     torch.testing.assert_close(apply_rope(x, *table, positions=ids), direct)
-    shared = apply_rope(x, *rope_cos_sin(ids[0], theta, device=device))  # (L,) ids: one row set
+    shared = apply_rope(
+        x, *rope_cos_sin(ids[0], theta, device=device)
+    )  # (L,) ids: one row set
     torch.testing.assert_close(apply_rope(x, *table, positions=ids[0]), shared)
 
 
@@ -233,10 +261,13 @@ def test_weight_permutation_gives_identical_scores() -> None:
     gen = torch.Generator().manual_seed(5)
     heads, head_dim, d_model, length = 2, 8, 12, 6
     w_q, w_k = (
-        torch.randn(heads * head_dim, d_model, generator=gen, dtype=torch.float64) for _ in range(2)
+        torch.randn(heads * head_dim, d_model, generator=gen, dtype=torch.float64)
+        for _ in range(2)
     )
     tokens = torch.randn(length, d_model, generator=gen, dtype=torch.float64)
-    cos, sin = rope_cos_sin(torch.arange(length), rope_frequencies(head_dim), dtype=torch.float64)
+    cos, sin = rope_cos_sin(
+        torch.arange(length), rope_frequencies(head_dim), dtype=torch.float64
+    )
     p = interleaved_to_half_permutation(head_dim)
 
     def scores(wq: torch.Tensor, wk: torch.Tensor, layout: str) -> torch.Tensor:
@@ -253,7 +284,9 @@ def test_weight_permutation_gives_identical_scores() -> None:
 
     meta = scores(w_q, w_k, "interleaved")
     torch.testing.assert_close(scores(convert(w_q), convert(w_k), "half"), meta)
-    assert (scores(w_q, w_k, "half") - meta).abs().max() > 1e-2  # mixing layouts changes scores
+    assert (
+        scores(w_q, w_k, "half") - meta
+    ).abs().max() > 1e-2  # mixing layouts changes scores
 
 
 # ---- property tests ------------------------------------------------------------------
@@ -263,10 +296,14 @@ pos = st.integers(min_value=0, max_value=100_000)
 
 
 def _vec(seed: int, dim: int, n: int = 1) -> torch.Tensor:
-    return torch.randn(n, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return torch.randn(
+        n, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
 
 
-def _rot(x: torch.Tensor, m: int, layout: str = "half", base: float = 10000.0) -> torch.Tensor:
+def _rot(
+    x: torch.Tensor, m: int, layout: str = "half", base: float = 10000.0
+) -> torch.Tensor:
     cos, sin = rope_cos_sin(
         torch.tensor([m]), rope_frequencies(x.shape[-1], base=base), dtype=torch.float64
     )
@@ -281,7 +318,9 @@ def _rot(x: torch.Tensor, m: int, layout: str = "half", base: float = 10000.0) -
     seed=st.integers(0, 10_000),
     layout=st.sampled_from(LAYOUTS),
 )
-def test_scores_depend_only_on_relative_position(dim, m, n, shift, seed, layout) -> None:
+def test_scores_depend_only_on_relative_position(
+    dim, m, n, shift, seed, layout
+) -> None:
     q, k = _vec(seed, dim), _vec(seed + 1, dim)
     a = (_rot(q, m, layout) * _rot(k, n, layout)).sum()
     b = (_rot(q, m + shift, layout) * _rot(k, n + shift, layout)).sum()
@@ -298,7 +337,9 @@ def test_norm_is_preserved(dim, m, seed, layout) -> None:
 def test_layouts_agree_under_the_permutation(dim, m, seed) -> None:
     x = _vec(seed, dim)
     p = interleaved_to_half_permutation(dim)
-    torch.testing.assert_close(_rot(x, m, "interleaved")[..., p], _rot(x[..., p], m, "half"))
+    torch.testing.assert_close(
+        _rot(x, m, "interleaved")[..., p], _rot(x[..., p], m, "half")
+    )
 
 
 @given(dim=dims, seed=st.integers(0, 10_000), layout=st.sampled_from(LAYOUTS))
@@ -320,7 +361,9 @@ def test_complex_form_equals_interleaved(dim, m, seed) -> None:
 def test_rotation_composes(dim, m, seed, layout) -> None:
     """R(m) R(n) = R(m + n): rotating twice adds the angles."""
     x = _vec(seed, dim)
-    torch.testing.assert_close(_rot(_rot(x, m, layout), 17, layout), _rot(x, m + 17, layout))
+    torch.testing.assert_close(
+        _rot(_rot(x, m, layout), 17, layout), _rot(x, m + 17, layout)
+    )
 
 
 # ---- validation table ----------------------------------------------------------------
@@ -820,7 +863,9 @@ def test_empty_inputs_give_the_empty_answer() -> None:
     length=st.integers(0, 9),
     pairs=st.integers(1, 8),
     base=st.one_of(st.floats(1.5, 1e6), st.integers(2, 10**6)),
-    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]),
+    dtype=st.sampled_from(
+        [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+    ),
     table_dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
     layout=st.sampled_from(LAYOUTS),
     seq_first=st.booleans(),
@@ -842,7 +887,11 @@ def test_valid_random_inputs_never_raise(
 ) -> None:
     head_dim = 2 * pairs
     theta = rope_frequencies(head_dim, base=base)
-    shape = (batch, length, heads, head_dim) if seq_first else (batch, heads, length, head_dim)
+    shape = (
+        (batch, length, heads, head_dim)
+        if seq_first
+        else (batch, heads, length, head_dim)
+    )
     x = torch.randn(shape).to(dtype)
     ids = torch.arange(length) + offset
     if per_batch:
@@ -854,11 +903,17 @@ def test_valid_random_inputs_never_raise(
     cis = rope_freqs_cis(ids, theta)
     assert apply_rope_complex(x, cis, seq_dim=seq_dim).shape == x.shape
     table = rope_cos_sin(torch.arange(length + 1), theta, dtype=table_dtype)
-    rows = torch.arange(length) if not per_batch else torch.arange(length).expand(batch, -1)
+    rows = (
+        torch.arange(length)
+        if not per_batch
+        else torch.arange(length).expand(batch, -1)
+    )
     assert apply_rope(x, *table, seq_dim=seq_dim, positions=rows).shape == x.shape
     assert rotate_half(x).shape == rotate_interleaved(x).shape == x.shape
     p = interleaved_to_half_permutation(head_dim)
-    assert torch.equal(p[half_to_interleaved_permutation(head_dim)], torch.arange(head_dim))
+    assert torch.equal(
+        p[half_to_interleaved_permutation(head_dim)], torch.arange(head_dim)
+    )
 
 
 # ---- checkers ------------------------------------------------------------------------
@@ -889,12 +944,16 @@ def test_check_rope_frequencies_both_ways() -> None:
     def wrong(head_dim, base):
         return base ** (-torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
 
-    _raises_mistake(lambda: checks.check_rope_frequencies(wrong), "frequencies base^(-i/D)")
+    _raises_mistake(
+        lambda: checks.check_rope_frequencies(wrong), "frequencies base^(-i/D)"
+    )
 
     def flipped(head_dim, base):
         return base ** (2 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
 
-    _raises_mistake(lambda: checks.check_rope_frequencies(flipped), "exponent with the wrong sign")
+    _raises_mistake(
+        lambda: checks.check_rope_frequencies(flipped), "exponent with the wrong sign"
+    )
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -906,16 +965,22 @@ def test_check_apply_rope_both_ways(layout: str) -> None:
         "rotating the wrong pairs for the declared layout",
     )
     _raises_mistake(
-        lambda: checks.check_apply_rope(_learner_apply(layout, sign=-1.0), layout=layout),
+        lambda: checks.check_apply_rope(
+            _learner_apply(layout, sign=-1.0), layout=layout
+        ),
         "the sign of the rotation flipped",
     )
     _raises_mistake(
-        lambda: checks.check_apply_rope(_learner_apply(layout, exponent=1.0), layout=layout),
+        lambda: checks.check_apply_rope(
+            _learner_apply(layout, exponent=1.0), layout=layout
+        ),
         "frequencies base^(-i/D)",
     )
     _raises_mistake(
         lambda: checks.check_apply_rope(
-            lambda x, positions, base: _learner_apply(layout)(x, torch.arange(x.shape[-2]), base),
+            lambda x, positions, base: _learner_apply(layout)(
+                x, torch.arange(x.shape[-2]), base
+            ),
             layout=layout,
         ),
         "positions ignored",
@@ -951,15 +1016,15 @@ def test_check_rope_attention_both_ways() -> None:
 def test_check_rope_weight_permutation_both_ways() -> None:
     def right(weight, num_heads):
         d = weight.shape[0] // num_heads
-        return weight.view(num_heads, d, -1)[:, interleaved_to_half_permutation(d)].reshape(
-            weight.shape
-        )
+        return weight.view(num_heads, d, -1)[
+            :, interleaved_to_half_permutation(d)
+        ].reshape(weight.shape)
 
     def backwards(weight, num_heads):
         d = weight.shape[0] // num_heads
-        return weight.view(num_heads, d, -1)[:, half_to_interleaved_permutation(d)].reshape(
-            weight.shape
-        )
+        return weight.view(num_heads, d, -1)[
+            :, half_to_interleaved_permutation(d)
+        ].reshape(weight.shape)
 
     def global_perm(weight, num_heads):
         return weight[interleaved_to_half_permutation(weight.shape[0])]
@@ -980,7 +1045,9 @@ def test_check_rope_cos_sin_both_ways() -> None:
         return rope_cos_sin(positions, rope_frequencies(head_dim, base=base))
 
     def float32_angles(positions, head_dim, base):
-        angle = positions[:, None].float() * rope_frequencies(head_dim, base=base).float()
+        angle = (
+            positions[:, None].float() * rope_frequencies(head_dim, base=base).float()
+        )
         return angle.cos(), angle.sin()
 
     def wrong_freqs(positions, head_dim, base):
@@ -990,26 +1057,38 @@ def test_check_rope_cos_sin_both_ways() -> None:
         )
 
     assert checks.check_rope_cos_sin(right)
-    _raises_mistake(lambda: checks.check_rope_cos_sin(float32_angles), "angles computed in float32")
-    _raises_mistake(lambda: checks.check_rope_cos_sin(wrong_freqs), "frequencies base^(-i/D)")
+    _raises_mistake(
+        lambda: checks.check_rope_cos_sin(float32_angles), "angles computed in float32"
+    )
+    _raises_mistake(
+        lambda: checks.check_rope_cos_sin(wrong_freqs), "frequencies base^(-i/D)"
+    )
     with pytest.raises(CheckError, match="Return a pair"):
         checks.check_rope_cos_sin(
             lambda positions, head_dim, base: right(positions, head_dim, base)[0]
         )
 
 
-def notebook_hf_cos_sin(position_ids: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype):
+def notebook_hf_cos_sin(
+    position_ids: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype
+):
     """Copy of the chapter's ``hf_cos_sin`` (the precision study), kept in sync by "
     "hand."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    inv_freq = 1.0 / (
+        base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)
+    )
     freqs = position_ids[..., None].float() * inv_freq  # float32 angles (..., D/2)
-    emb = torch.cat((freqs, freqs), dim=-1)  # (..., D): the table repeated for rotate_half
+    emb = torch.cat(
+        (freqs, freqs), dim=-1
+    )  # (..., D): the table repeated for rotate_half
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_chapter_replica_of_hf_table_is_bit_exact(dtype: torch.dtype) -> None:
-    positions = torch.randint(0, 2**20, (64,), generator=torch.Generator().manual_seed(6))
+    positions = torch.randint(
+        0, 2**20, (64,), generator=torch.Generator().manual_seed(6)
+    )
     hf_cos, hf_sin = hf_cos_sin(128, positions, torch.zeros(1, dtype=dtype))
     cos, sin = notebook_hf_cos_sin(positions, 128, 10000.0, dtype)
     assert torch.equal(cos, hf_cos[0]) and torch.equal(sin, hf_sin[0])
@@ -1046,8 +1125,12 @@ def test_gradients_flow_through_both_layouts(layout: str) -> None:
     """apply_rope is differentiable (training uses it); the gradient of a rotation "
     "is R^T."""
     x = torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
-    cos, sin = rope_cos_sin(torch.arange(3) + 2, rope_frequencies(4), dtype=torch.float64)
-    assert torch.autograd.gradcheck(lambda t: apply_rope(t, cos, sin, layout=layout), (x,))
+    cos, sin = rope_cos_sin(
+        torch.arange(3) + 2, rope_frequencies(4), dtype=torch.float64
+    )
+    assert torch.autograd.gradcheck(
+        lambda t: apply_rope(t, cos, sin, layout=layout), (x,)
+    )
     grad = torch.randn(1, 2, 3, 4, dtype=torch.float64)
     (apply_rope(x, cos, sin, layout=layout) * grad).sum().backward()
     torch.testing.assert_close(
@@ -1080,7 +1163,9 @@ def test_blocked_half_layout_matches_the_formula(
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(x_shape, generator=gen, dtype=torch.float64)
     ids = (
-        torch.arange(5) if table == "shared" else torch.tensor([[0, 1, 2, 3, 4], [9, 3, 100, 7, 2]])
+        torch.arange(5)
+        if table == "shared"
+        else torch.tensor([[0, 1, 2, 3, 4], [9, 3, 100, 7, 2]])
     )
     cos, sin = rope_cos_sin(ids, rope_frequencies(8), dtype=torch.float64)
     got = apply_rope(x, cos, sin, seq_dim=seq_dim)
@@ -1099,7 +1184,11 @@ def test_blocked_half_layout_matches_the_formula(
 # Under CI the
 # machine has one, so there a missing compiler fails instead of skipping.
 _CXX = next(
-    (c for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c and shutil.which(c)),
+    (
+        c
+        for c in (os.environ.get("CXX"), "g++", "c++", "clang++")
+        if c and shutil.which(c)
+    ),
     None,
 )
 needs_compiler = pytest.mark.skipif(
@@ -1133,10 +1222,14 @@ def test_fused_half_layout_matches_float64_loop_and_eager(
     x_shape, table, seq_dim, dtype: torch.dtype, device
 ) -> None:
     x, ids = _rope_inputs(x_shape, table, seq_dim)
-    cos, sin = rope_cos_sin(ids, rope_frequencies(8), dtype=torch.float64, device=device)
+    cos, sin = rope_cos_sin(
+        ids, rope_frequencies(8), dtype=torch.float64, device=device
+    )
     xd = x.to(device, dtype)
     got = apply_rope(xd, cos, sin, seq_dim=seq_dim, fused=True)
-    assert got.dtype == dtype and got.device.type == device.type and got.shape == x.shape
+    assert (
+        got.dtype == dtype and got.device.type == device.type and got.shape == x.shape
+    )
     eager = apply_rope(xd, cos, sin, seq_dim=seq_dim)
     torch.testing.assert_close(got, eager, **TOL[dtype])
     # the oracle: (B, L, H, D) inputs are moved to (B, H, L, D) for the loop, which
@@ -1146,7 +1239,9 @@ def test_fused_half_layout_matches_float64_loop_and_eager(
     if rows is not None:
         expected = loop_rope(xl, rows, 10000.0, "half")
     else:
-        expected = torch.stack([loop_rope(xl[b], ids[b], 10000.0, "half") for b in range(2)])
+        expected = torch.stack(
+            [loop_rope(xl[b], ids[b], 10000.0, "half") for b in range(2)]
+        )
     if seq_dim == 1:
         expected = expected.transpose(1, 2)
     torch.testing.assert_close(got.cpu().double(), expected, **TOL[dtype])
@@ -1170,7 +1265,9 @@ def test_fused_reuses_its_kernel_for_new_lengths_batches_and_heads() -> None:
 
     with torch.no_grad():
         run(2, 3, 7)  # compiles
-        run(3, 4, 9)  # the first change of sizes may compile once more (sizes become dynamic)
+        run(
+            3, 4, 9
+        )  # the first change of sizes may compile once more (sizes become dynamic)
         with torch.compiler.set_stance("fail_on_recompile"):
             run(2, 5, 33)
             run(4, 2, 120)
@@ -1187,7 +1284,9 @@ def test_fused_gradients_match_eager() -> None:
     (apply_rope(x, cos, sin) * weight).sum().backward()
     torch.testing.assert_close(fused_grad, x.grad, atol=1e-6, rtol=1e-6)
     # the gradient of a rotation is the inverse rotation of the upstream gradient
-    torch.testing.assert_close(fused_grad, apply_rope(weight, cos, -sin), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(
+        fused_grad, apply_rope(weight, cos, -sin), atol=1e-6, rtol=1e-6
+    )
 
 
 @needs_compiler
@@ -1231,7 +1330,9 @@ def test_fused_reports_a_compiler_failure_with_the_way_out(monkeypatch) -> None:
     ("layout", "fused", "with_positions"),
     [("half", False, False), ("half", True, True), ("interleaved", False, True)],
 )
-def test_apply_rope_traces_inside_a_callers_torch_compile(layout, fused, with_positions) -> None:
+def test_apply_rope_traces_inside_a_callers_torch_compile(
+    layout, fused, with_positions
+) -> None:
     """Learners compile whole models: apply_rope must trace without a graph break."""
     gen = torch.Generator().manual_seed(9)
     x = torch.randn(2, 6, 3, 8, generator=gen)  # (B, L, H, D)
@@ -1240,7 +1341,9 @@ def test_apply_rope_traces_inside_a_callers_torch_compile(layout, fused, with_po
 
     def block(x: torch.Tensor) -> torch.Tensor:
         if with_positions:
-            return 2 * apply_rope(x, *table, layout=layout, seq_dim=1, positions=ids, fused=fused)
+            return 2 * apply_rope(
+                x, *table, layout=layout, seq_dim=1, positions=ids, fused=fused
+            )
         cos, sin = table[0][:6], table[1][:6]
         return 2 * apply_rope(x, cos, sin, layout=layout, seq_dim=1, fused=fused)
 
@@ -1259,7 +1362,9 @@ def test_apply_rope_under_torch_func_vmap_and_grad(layout: str) -> None:
     torch.testing.assert_close(mapped, apply_rope(x, cos, sin, layout=layout))
     weight = torch.randn(3, 7, 8, generator=gen)
     per_sample = torch.vmap(
-        torch.func.grad(lambda t: (apply_rope(t, cos, sin, layout=layout) * weight).sum())
+        torch.func.grad(
+            lambda t: (apply_rope(t, cos, sin, layout=layout) * weight).sum()
+        )
     )(x)
     # the gradient of a rotation is the inverse rotation of the upstream gradient
     expected = apply_rope(weight.expand_as(x), cos, -sin, layout=layout)

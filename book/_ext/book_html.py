@@ -89,7 +89,9 @@ def _register_authoryear_style() -> None:
         def format_labels(self, sorted_entries: Any) -> Any:
             labels = []
             for entry in sorted_entries:
-                people = entry.persons.get("author") or entry.persons.get("editor") or []
+                people = (
+                    entry.persons.get("author") or entry.persons.get("editor") or []
+                )
                 if not people:
                     who = str(Text.from_latex(entry.fields.get("title", entry.key)))
                 elif len(people) == 1:
@@ -114,8 +116,12 @@ def _register_authoryear_style() -> None:
         default_label_style = "authoryear"
         default_sorting_style = "author_year_title"
 
-    register_plugin("pybtex.style.labels", "authoryear", AuthorYearLabelStyle, force=True)
-    register_plugin("pybtex.style.formatting", "authoryear", AuthorYearStyle, force=True)
+    register_plugin(
+        "pybtex.style.labels", "authoryear", AuthorYearLabelStyle, force=True
+    )
+    register_plugin(
+        "pybtex.style.formatting", "authoryear", AuthorYearStyle, force=True
+    )
 
 
 # ---- proof index: titles, not labels -----------------------------------------------------
@@ -126,7 +132,9 @@ def _record_proof_titles(app: Sphinx, doctree: nodes.document) -> None:
     for node in doctree.findall(nodes.Element):
         label = node.get("label") if node.get("realtype") else None
         if label and label in proofs:
-            proofs[label]["title"] = str(node.get("title", "")).strip().strip("()").strip()
+            proofs[label]["title"] = (
+                str(node.get("title", "")).strip().strip("()").strip()
+            )
 
 
 def _patch_proof_index() -> None:
@@ -143,7 +151,9 @@ def _patch_proof_index() -> None:
             chapter = env.titles[docname].astext() if docname in env.titles else docname
             kind = values["realtype"].capitalize()
             title = values.get("title") or anchor
-            content[chapter].append((f"{kind}: {title}", 0, docname, anchor, "", "", ""))
+            content[chapter].append(
+                (f"{kind}: {title}", 0, docname, anchor, "", "", "")
+            )
         return sorted((k, sorted(v)) for k, v in content.items()), True
 
     ProofIndex.generate = generate

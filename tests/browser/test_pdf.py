@@ -23,8 +23,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 PDF = ROOT / "_build" / "pdf" / "book.pdf"
 # TeX that MathJax would have typeset: a delimiter or a command only math uses.
-RAW_TEX = re.compile(r"\$\$|\\\(|\\\)|\\\[|\\\]|\\(?:frac|sqrt|mathrm|begin|end|sum|top)\b")
-CHROME = ("Show code cell", "Hide code cell", "Toggle", "Back to top", "Repository", "Copy to")
+RAW_TEX = re.compile(
+    r"\$\$|\\\(|\\\)|\\\[|\\\]|\\(?:frac|sqrt|mathrm|begin|end|sum|top)\b"
+)
+CHROME = (
+    "Show code cell",
+    "Hide code cell",
+    "Toggle",
+    "Back to top",
+    "Repository",
+    "Copy to",
+)
 
 pytestmark = pytest.mark.browser
 
@@ -42,7 +51,9 @@ def _squash(text: str) -> str:
 def _pdf_text() -> str:
     if not PDF.is_file():
         if os.environ.get("CI"):
-            pytest.fail(f"{PDF} is missing: `make pdf` did not run (a failure under CI)")
+            pytest.fail(
+                f"{PDF} is missing: `make pdf` did not run (a failure under CI)"
+            )
         pytest.skip(f"no {PDF.relative_to(ROOT)}: run `make pdf` first")
     from pypdf import PdfReader
 
@@ -82,11 +93,18 @@ def _title(path: Path) -> str:
 def _printed_code() -> str:
     """Every piece of code the book can print, squashed: notebook cells, code fences, inline
     code and the companion sources (literalinclude)."""
-    parts = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "companion").rglob("*.py"))]
+    parts = [
+        p.read_text(encoding="utf-8")
+        for p in sorted((ROOT / "companion").rglob("*.py"))
+    ]
     for path in _toc_files():
         parts += [c["source"] for c in _cells(path) if c["type"] == "code"]
         parts += [c["source"] for c in _cells(path) if "```" in c["source"]]
-        parts += [span for c in _cells(path) for span in re.findall(r"`([^`\n]+)`", c["source"])]
+        parts += [
+            span
+            for c in _cells(path)
+            for span in re.findall(r"`([^`\n]+)`", c["source"])
+        ]
     return _squash("\n".join(parts))
 
 
@@ -108,7 +126,9 @@ def _solution_code() -> dict[str, list[str]]:
 @pytest.mark.parametrize("path", _toc_files(), ids=lambda p: p.stem)
 def test_every_page_of_the_book_is_in_the_pdf(path: Path) -> None:
     title = _title(path)
-    assert _squash(title) in _squash(_pdf_text()), f"{path.name}: title {title!r} not in the PDF"
+    assert _squash(title) in _squash(_pdf_text()), (
+        f"{path.name}: title {title!r} not in the PDF"
+    )
 
 
 def test_no_formula_is_left_as_raw_tex() -> None:

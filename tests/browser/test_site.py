@@ -54,7 +54,11 @@ pytestmark = pytest.mark.browser
 
 
 def _chromium() -> str | None:
-    for path in (os.environ.get("CHROMIUM"), *CHROMIUM_CANDIDATES, shutil.which("chromium")):
+    for path in (
+        os.environ.get("CHROMIUM"),
+        *CHROMIUM_CANDIDATES,
+        shutil.which("chromium"),
+    ):
         if path and Path(path).is_file():
             return path
     return None
@@ -115,8 +119,12 @@ def browser() -> Iterator[object]:
 class PageVisit:
     """One page opened in a fresh browser context, with everything it asked for recorded."""
 
-    def __init__(self, browser: object, url: str, viewport: tuple[int, int] = (1280, 900)) -> None:
-        self.context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    def __init__(
+        self, browser: object, url: str, viewport: tuple[int, int] = (1280, 900)
+    ) -> None:
+        self.context = browser.new_context(
+            viewport={"width": viewport[0], "height": viewport[1]}
+        )
         self.page = self.context.new_page()
         # generous: a shared CI machine can take long to typeset a page of formulas
         self.page.set_default_timeout(120_000)
@@ -125,14 +133,21 @@ class PageVisit:
         self.foreign: list[str] = []
         self.page.on(
             "console",
-            lambda msg: self.console_errors.append(msg.text) if msg.type == "error" else None,
+            lambda msg: (
+                self.console_errors.append(msg.text) if msg.type == "error" else None
+            ),
         )
         self.page.on("pageerror", lambda exc: self.console_errors.append(str(exc)))
-        self.page.on("requestfailed", lambda req: self.failed.append(f"{req.url} ({req.failure})"))
+        self.page.on(
+            "requestfailed",
+            lambda req: self.failed.append(f"{req.url} ({req.failure})"),
+        )
         self.page.on(
             "response",
             lambda res: (
-                self.failed.append(f"{res.url} (HTTP {res.status})") if res.status >= 400 else None
+                self.failed.append(f"{res.url} (HTTP {res.status})")
+                if res.status >= 400
+                else None
             ),
         )
         # Any request to another host is recorded and refused: the book must read offline.
@@ -193,7 +208,9 @@ def _broken_images(page: object) -> list[str]:
 @pytest.mark.parametrize(
     "page_path", PAGES, ids=[str(p.relative_to(HTML)) for p in PAGES] if PAGES else None
 )
-def test_page_reads_offline_and_renders(server: str, browser: object, page_path: Path) -> None:
+def test_page_reads_offline_and_renders(
+    server: str, browser: object, page_path: Path
+) -> None:
     rel = page_path.relative_to(HTML)
     visit = PageVisit(browser, f"{server}/{rel.as_posix()}")
     try:
@@ -205,10 +222,14 @@ def test_page_reads_offline_and_renders(server: str, browser: object, page_path:
 
         assert not visit.foreign, f"{rel}: requests to other hosts: {visit.foreign}"
         assert not visit.failed, f"{rel}: failed requests: {visit.failed}"
-        assert not visit.console_errors, f"{rel}: console errors: {visit.console_errors}"
+        assert not visit.console_errors, (
+            f"{rel}: console errors: {visit.console_errors}"
+        )
         if math["formulas"]:
             assert math["mathjax"], f"{rel}: has formulas but no MathJax loaded"
-            assert math["untypeset"] == 0, f"{rel}: {math['untypeset']} formulas not typeset"
+            assert math["untypeset"] == 0, (
+                f"{rel}: {math['untypeset']} formulas not typeset"
+            )
             assert math["errors"] == 0, f"{rel}: {math['errors']} MathJax errors"
         assert not broken, f"{rel}: images not loaded: {broken}"
     finally:
@@ -218,9 +239,13 @@ def test_page_reads_offline_and_renders(server: str, browser: object, page_path:
 def test_the_book_has_math_and_figures(server: str, browser: object) -> None:
     """Guards the checks above against passing vacuously: the book as a whole has formulas and
     images, and MathJax typesets them from the book's own folder."""
-    pages_with_math = [p for p in PAGES if 'class="math' in p.read_text(encoding="utf-8")]
+    pages_with_math = [
+        p for p in PAGES if 'class="math' in p.read_text(encoding="utf-8")
+    ]
     assert pages_with_math, "no page of the book contains a formula"
-    visit = PageVisit(browser, f"{server}/{pages_with_math[0].relative_to(HTML).as_posix()}")
+    visit = PageVisit(
+        browser, f"{server}/{pages_with_math[0].relative_to(HTML).as_posix()}"
+    )
     try:
         math = _typeset(visit.page)
         assert math["formulas"] > 0 and math["untypeset"] == 0
@@ -244,7 +269,9 @@ def test_solution_dropdowns_open_on_click(server: str, browser: object) -> None:
             button = solution.locator("button.toggle-button").first
             body = solution.locator("section").first
             button.wait_for(state="visible")
-            assert not body.is_visible(), f"{rel}: the solution is visible before a click"
+            assert not body.is_visible(), (
+                f"{rel}: the solution is visible before a click"
+            )
             button.click()
             body.wait_for(state="visible")
             assert body.is_visible(), f"{rel}: the solution did not open on click"
@@ -262,7 +289,11 @@ def test_book_reads_from_disk_without_a_server(browser: object) -> None:
     foreign: list[str] = []
     page.on(
         "request",
-        lambda req: foreign.append(req.url) if not req.url.startswith(("file:", "data:")) else None,
+        lambda req: (
+            foreign.append(req.url)
+            if not req.url.startswith(("file:", "data:"))
+            else None
+        ),
     )
     try:
         page.goto(pages[0].as_uri(), wait_until="load")
@@ -375,7 +406,9 @@ def test_small_screens_fit_and_navigate(
 
         # The menu button opens the table of contents with every chapter in it.
         menu = page.locator("button.primary-toggle:visible")
-        assert menu.count() == 1, f"{rel} at {screen}: {menu.count()} visible menu buttons"
+        assert menu.count() == 1, (
+            f"{rel} at {screen}: {menu.count()} visible menu buttons"
+        )
         menu.first.click()
         page.wait_for_timeout(400)  # the drawer slides in
         links = _visible_links(page, ".bd-sidebar-primary a")
@@ -401,7 +434,9 @@ def test_small_screens_fit_and_navigate(
         contents.first.click()
         page.wait_for_timeout(400)
         shown = {
-            h.split("#", 1)[1] for h in _visible_links(page, ".bd-sidebar-secondary a") if "#" in h
+            h.split("#", 1)[1]
+            for h in _visible_links(page, ".bd-sidebar-secondary a")
+            if "#" in h
         }
         absent = [s for s in sections if s not in shown]
         assert not absent, f"{rel} at {screen}: page contents lack sections {absent}"
@@ -414,7 +449,9 @@ def test_small_screens_fit_and_navigate(
 FILE_NAME = re.compile(r"(^|/)[\w.-]+\.(svg|png|jpe?g|gif)$|_images/", re.IGNORECASE)
 
 
-def test_figures_are_sharp_captioned_and_described(server: str, browser: object) -> None:
+def test_figures_are_sharp_captioned_and_described(
+    server: str, browser: object
+) -> None:
     problems: list[str] = []
     figures = 0
     for page_path in PAGES:
@@ -449,11 +486,15 @@ def test_figures_are_sharp_captioned_and_described(server: str, browser: object)
                     f"{name} is a {fig['natural']} px bitmap shown {fig['shown']:.0f} px wide"
                 )
             if len(fig["alt"]) < 10 or FILE_NAME.search(fig["alt"]):
-                problems.append(f"{name} alt text {fig['alt'][:40]!r} does not describe it")
+                problems.append(
+                    f"{name} alt text {fig['alt'][:40]!r} does not describe it"
+                )
             if not fig["caption"]:
                 problems.append(f"{name} has no caption")
     assert figures, "no figure in the book: nothing checked"
-    assert not problems, f"{len(problems)} problems in {figures} figures:\n" + "\n".join(problems)
+    assert not problems, (
+        f"{len(problems)} problems in {figures} figures:\n" + "\n".join(problems)
+    )
 
 
 # ---- Search, bibliography, proof index ---------------------------------------------------
@@ -461,7 +502,9 @@ def test_figures_are_sharp_captioned_and_described(server: str, browser: object)
 RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\$\$|\\(frac|sqrt|mathrm|times|theta|top)\b")
 
 
-def test_search_results_read_without_raw_tex_or_interface(server: str, browser: object) -> None:
+def test_search_results_read_without_raw_tex_or_interface(
+    server: str, browser: object
+) -> None:
     visit = PageVisit(browser, f"{server}/search.html?q=rotation")
     try:
         page = visit.page
@@ -474,8 +517,12 @@ def test_search_results_read_without_raw_tex_or_interface(server: str, browser: 
         results = page.locator("#search-results li")
         text = "\n".join(results.all_inner_texts())
         assert results.count() >= 3, f"only {results.count()} results for 'rotation'"
-        assert not RAW_TEX.search(text), f"raw TeX in search results: {RAW_TEX.search(text)}"
-        assert "Repository" not in text, "the header's 'Repository' button in an excerpt"
+        assert not RAW_TEX.search(text), (
+            f"raw TeX in search results: {RAW_TEX.search(text)}"
+        )
+        assert "Repository" not in text, (
+            "the header's 'Repository' button in an excerpt"
+        )
     finally:
         visit.close()
 
@@ -485,13 +532,19 @@ def test_bibliography_is_author_year_with_links() -> None:
     if not page.is_file():
         _skip_or_fail("no built bibliography page")
     html = page.read_text(encoding="utf-8")
-    labels = re.findall(r'<span class="label"><span class="fn-bracket">\[</span>([^<]*)<', html)
+    labels = re.findall(
+        r'<span class="label"><span class="fn-bracket">\[</span>([^<]*)<', html
+    )
     assert labels, "no labelled entry in the bibliography"
-    numbered = [label for label in labels if not re.search(r"[A-Za-z].*, \d{4}[a-z]?$", label)]
+    numbered = [
+        label for label in labels if not re.search(r"[A-Za-z].*, \d{4}[a-z]?$", label)
+    ]
     assert not numbered, f"bibliography labels that are not author-year: {numbered[:5]}"
     arxiv = re.findall(r'href="https://arxiv\.org/abs/[0-9.]+"', html)
     assert len(arxiv) >= 10, f"only {len(arxiv)} arXiv links in the bibliography"
-    assert "arXiv:" not in re.sub(r"<a [^>]*>arXiv:[0-9.]+</a>", "", html), "an unlinked arXiv id"
+    assert "arXiv:" not in re.sub(r"<a [^>]*>arXiv:[0-9.]+</a>", "", html), (
+        "an unlinked arXiv id"
+    )
 
 
 def test_proof_index_shows_titles_not_labels() -> None:
@@ -499,6 +552,10 @@ def test_proof_index_shows_titles_not_labels() -> None:
     if not pages:
         pytest.skip("no proof index in this build")
     html = pages[0].read_text(encoding="utf-8")
-    body = re.sub(r"<[^>]+>", " ", html.split("<article", 1)[-1].split("</article>", 1)[0])
+    body = re.sub(
+        r"<[^>]+>", " ", html.split("<article", 1)[-1].split("</article>", 1)[0]
+    )
     assert "Theorem:" in body, "the proof index names no theorem"
-    assert not re.search(r"\b(thm|prf|lem)-[a-z0-9-]+", body), "a raw label in the proof index"
+    assert not re.search(r"\b(thm|prf|lem)-[a-z0-9-]+", body), (
+        "a raw label in the proof index"
+    )
