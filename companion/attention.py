@@ -698,8 +698,9 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         """The step between the head split and the merge: attention per head.
 
-        Here it is :func:`scaled_dot_product_attention`. A subclass that handles
-        positions inside attention overrides this one method and reuses the projections,
+        Here it is :func:`companion.attention.scaled_dot_product_attention`. A subclass
+        that handles positions inside attention overrides this one method and reuses the
+        projections,
         the split and the merge (the capstone's RoPE and ALiBi layers in
         :mod:`companion.model`, as labml's ``RotaryPEMultiHeadAttention`` overrides only
         ``get_scores``).

@@ -365,8 +365,7 @@ def yarn_frequencies(
 
     Returns:
         ``(inv_freq, attention_factor)``: the scaled inverse frequencies (float64, CPU)
-            and the
-        factor to multiply cos and sin by.
+        and the factor to multiply cos and sin by.
 
     Shape:
         - inv_freq: ``(D/2,)``

@@ -5,7 +5,7 @@ of the book and measures what the earlier chapters claimed: does the scheme matt
 does it extrapolate past the training length? Every part comes from ``companion``:
 
 * attention: :class:`companion.attention.MultiHeadAttention`; the RoPE and ALiBi layers
-  subclass it and override only its position step, :meth:`~MultiHeadAttention.attend`;
+  subclass it and override only its position step, :meth:`~companion.attention.MultiHeadAttention.attend`;
 * positions: :func:`companion.positional.sinusoidal_encoding`, a learned table,
   :func:`companion.rope.apply_rope` on queries and keys, or
   :func:`companion.extension.alibi_bias` on the scores; or none at all;

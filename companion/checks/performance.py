@@ -23,13 +23,13 @@ def _f64(value: object) -> torch.Tensor:
 
 @checker
 def check_ulp32(ulp32: Callable[..., object]) -> Iterator[Case]:
-    r"""Check a learner's ``ulp32(x)``: the spacing of float32 numbers at ``|x|``.
+    r"""Check a learner's ``ulp32(x)``: the spacing of float32 numbers at :math:`|x|`.
 
     Reference: :func:`companion.performance.ulp` with ``dtype=torch.float32``,
     :math:`2^{\lfloor \log_2 |x| \rfloor - 23}` for normal numbers, on a float64 tensor of
     positive and negative values (powers of two included, where the spacing changes).
     Named mistakes: "half an ulp" (the largest rounding error, not the spacing),
-    "float64's spacing" (52 fraction bits instead of 23), "relative spacing |x| 2^-23"
+    "float64's spacing" (52 fraction bits instead of 23), "relative spacing ``|x| 2^-23``"
     (not a power of two), "machine epsilon for every x" (the spacing at 1 only).
 
     Args:
