@@ -90,6 +90,8 @@ def integer(
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _fail(TypeError, name, expected, value)
     value = int(value)
+    if not -(2**63) <= value < 2**63:  # beyond int64, torch's sizes and indices
+        raise _fail(ValueError, name, f"{expected} that fits in 64 bits", value)
     if minimum is not None and value < minimum:
         if minimum == 1:
             raise _fail(

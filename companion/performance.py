@@ -634,6 +634,7 @@ def naive_softmax_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor
     Returns:
         ``(..., L, D_v)``, in the inputs' dtype.
     """
+    value = _validate.tensor("value", value, min_ndim=2, meaning="(..., S, D_v)")
     _validate.attention_inputs(query, key, value)
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., L, S)
     e = torch.exp(scores)  # overflows for scores > 88.7 in float32

@@ -308,6 +308,12 @@ def _not_a_module(dim):
 
 
 BAD_INPUTS = [
+    (
+        "LayerNorm",
+        lambda: norm.LayerNorm(10**20),
+        ValueError,
+        "normalized_shape.* must be an int that fits in 64 bits",
+    ),
     # layer_norm: tensor type, dtype family, meta, trailing shape, parameters, eps
     (
         "layer_norm",

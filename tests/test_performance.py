@@ -249,6 +249,18 @@ NO_BAD_INPUTS = {
 
 BAD_INPUTS = [
     (
+        "naive_softmax_attention",
+        lambda: naive_softmax_attention(torch.ones(2, 4), torch.ones(3, 4), None),
+        TypeError,
+        "value must be a torch.Tensor, got None",
+    ),
+    (
+        "rope_table",
+        lambda: rope_table(torch.arange(4), 10**20),
+        ValueError,
+        "head_dim must be .* that fits in 64 bits",
+    ),
+    (
         "ulp",
         lambda: ulp(1.0, dtype=torch.int32),
         TypeError,

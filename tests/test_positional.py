@@ -286,6 +286,12 @@ MODULE = SinusoidalPositionalEncoding(8, max_len=4)
 BAD_INPUTS = [
     (
         "sinusoidal_encoding",
+        lambda: sinusoidal_encoding(10**20, 4),
+        ValueError,
+        "num_positions must be an int that fits in 64 bits",
+    ),
+    (
+        "sinusoidal_encoding",
         lambda: sinusoidal_encoding(4, 5),
         ValueError,
         "dim must be an even int, got 5",
