@@ -255,6 +255,13 @@ def yarn_correction_range(
             f"beta_fast must be >= beta_slow, got beta_fast={fast:g}, "
             f"beta_slow={slow:g}"
         )
+    for name, beta in (("beta_fast", fast), ("beta_slow", slow)):
+        if not 0 < n0 / (beta * 2 * math.pi) < math.inf:  # log of it must be finite
+            raise ValueError(
+                f"{name} must give a finite correction dimension "
+                f"(0 < original_max_position_embeddings / (2 pi {name}) < inf), "
+                f"got {name}={beta:g}"
+            )
     truncate = _validate.flag("truncate", truncate)
 
     def index(rotations: float) -> float:

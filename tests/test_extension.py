@@ -515,6 +515,20 @@ N0 = {"original_max_position_embeddings": 512}
 # tests/test_contract.py for every name in companion.extension.__all__
 BAD_INPUTS = [
     (
+        "yarn_correction_range",
+        lambda: yarn_correction_range(
+            8, original_max_position_embeddings=16, beta_fast=32.0, beta_slow=1e-320
+        ),
+        ValueError,
+        "beta_slow must give a finite correction dimension",
+    ),
+    (
+        "yarn_ramp",
+        lambda: yarn_ramp(8, original_max_position_embeddings=16, beta_fast=1e308),
+        ValueError,
+        "beta_fast must give a finite correction dimension",
+    ),
+    (
         "linear_scaling_frequencies",
         lambda: linear_scaling_frequencies(64, factor=0.5),
         ValueError,
