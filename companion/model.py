@@ -673,7 +673,7 @@ def accuracy(
     config = _trainable("model", model)
     _validate.positive_int("num_sequences", num_sequences)
     _task_sizes(num_sequences, length, lag, config.vocab_size)
-    _validate.integer("seed", seed, minimum=0)
+    seed = _validate.integer("seed", seed, minimum=0)
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     tokens, targets = lag_task(

@@ -400,6 +400,17 @@ def _train_batched(**overrides: object) -> None:
 
 
 BAD_INPUTS = [
+    (
+        "accuracy",
+        lambda: M.accuracy(
+            TinyTransformer(ModelConfig(vocab_size=8, dim=8, num_heads=2, num_layers=1)),
+            length=4,
+            lag=1,
+            seed=torch.tensor(1.5),
+        ),
+        TypeError,
+        "seed must be an int",
+    ),
     # ModelConfig
     (
         "ModelConfig",
