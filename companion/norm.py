@@ -540,6 +540,17 @@ class _ResidualBlock(nn.Module):
             break
         return x
 
+    def _branch(self, x: torch.Tensor) -> torch.Tensor:
+        """The sublayer's output on ``x``, checked: a residual needs ``x``'s shape back."""
+        y = self.sublayer(x)
+        if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+            got = _validate.describe(y)
+            raise ValueError(
+                f"sublayer must return a tensor of its input's shape {tuple(x.shape)} "
+                f"(the residual adds it to x), got {got}"
+            )
+        return y
+
 
 class PreLNBlock(_ResidualBlock):
     r"""Pre-LN residual block: :math:`x + F(\mathrm{Norm}(x))`.
@@ -561,7 +572,7 @@ class PreLNBlock(_ResidualBlock):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return ``x + sublayer(norm(x))``."""
         x = self._input(x)
-        return x + self.sublayer(self.norm(x))
+        return x + self._branch(self.norm(x))
 
 
 class PostLNBlock(_ResidualBlock):
@@ -585,7 +596,7 @@ class PostLNBlock(_ResidualBlock):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return ``norm(x + sublayer(x))``."""
         x = self._input(x)
-        return self.norm(x + self.sublayer(x))
+        return self.norm(x + self._branch(x))
 
 
 def residual_stack(

@@ -380,6 +380,9 @@ def apply_rope(
                     f"{cos.shape[0]} rows, got values in [{low}, {high}]: recompute "
                     "the table with rope_cos_sin for the positions you need"
                 )
+        _validate.size(
+            "positions", positions, -1, x.shape[s], "L, x's size along seq_dim"
+        )
         cos, sin = cos[positions], sin[positions]  # (L, D/2) or (B, L, D/2)
     table = cos, sin  # (L, D/2) or (B, L, D/2)
     cos, sin = _align_table("cos", cos, x, s), _align_table("sin", sin, x, s)

@@ -309,6 +309,22 @@ def _not_a_module(dim):
 
 BAD_INPUTS = [
     (
+        "PreLNBlock",
+        lambda: norm.PreLNBlock(8, torch.nn.Linear(8, 9), norm.LayerNorm(8))(
+            torch.ones(2, 8)
+        ),
+        ValueError,
+        r"^sublayer must return a tensor of its input's shape \(2, 8\)",
+    ),
+    (
+        "PostLNBlock",
+        lambda: norm.PostLNBlock(8, torch.nn.Linear(8, 9), norm.LayerNorm(8))(
+            torch.ones(2, 8)
+        ),
+        ValueError,
+        r"^sublayer must return a tensor of its input's shape",
+    ),
+    (
         "LayerNorm",
         lambda: norm.LayerNorm(10**20),
         ValueError,

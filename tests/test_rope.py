@@ -381,6 +381,12 @@ F64 = rope_frequencies(8)
 BAD_INPUTS = [
     (
         "apply_rope",
+        lambda: apply_rope(X, COS, SIN, positions=torch.tensor([0, 1, 2])),
+        ValueError,
+        r"^positions must have size 4 \(L, x's size along seq_dim\)",
+    ),
+    (
+        "apply_rope",
         lambda: apply_rope(X, COS, SIN, backend="cuda"),
         ValueError,
         r"^backend must be one of 'torch', 'triton', got 'cuda'",
@@ -677,9 +683,8 @@ BAD_INPUTS = [
         "apply_rope",
         lambda: apply_rope(X, *TABLE, positions=torch.arange(5)),
         ValueError,
-        r"cos must have size 4 \(L, x's size along seq_dim\) in dimension -2, got "
-        r"shape "
-        r"\(5, 4\)",
+        r"positions must have size 4 \(L, x's size along seq_dim\) in dimension -1, "
+        r"got shape \(5,\)",
     ),
     (
         "apply_rope",
