@@ -39,7 +39,7 @@ def padded_batch_diagram(
     Args:
         ax: the axes to draw on.
         sentences: the tokens of each sentence.
-        dim: number of feature rows to draw.
+        dim: number of feature rows to draw, 1 to 64.
         mode: ``"batch"`` or ``"layer"``.
         feature: the feature row shaded in ``"batch"`` mode.
         token: the ``(sentence, position)`` column shaded in ``"layer"`` mode.
@@ -55,7 +55,7 @@ def padded_batch_diagram(
         not isinstance(s, (list, tuple)) or len(s) == 0 for s in sentences
     ):
         raise ValueError("sentences must be a non-empty list of non-empty token lists")
-    dim = _validate.positive_int("dim", dim)
+    dim = _validate.integer("dim", dim, minimum=1, maximum=64)  # rows of a drawing
     feature = _validate.integer("feature", feature, minimum=0)
     if not feature < dim:
         raise ValueError(f"feature must be in [0, {dim}), got {feature}")

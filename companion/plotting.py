@@ -655,7 +655,6 @@ def training_curves(
         "runs", runs, "a dict of label -> list of runs", "hold at least one label"
     )
     smooth = _validate.positive_int("smooth", smooth)
-    kernel = np.ones(smooth) / smooth
     mean, spread, steps = {}, {}, None
     for label, losses in runs.items():
         _validate.instance(f"runs[{label!r}]", losses, (list, tuple), "a list of runs")
@@ -671,6 +670,7 @@ def training_curves(
                 f"runs[{label!r}] must hold runs of one length >= smooth = {smooth}, "
                 f"got lengths {[len(r) for r in per_run]}"
             )
+        kernel = np.ones(smooth) / smooth  # smooth <= the run length: checked above
         smoothed = np.array([np.convolve(r, kernel, mode="valid") for r in per_run])
         label_steps = np.arange(smoothed.shape[1]) + smooth
         if steps is not None and label_steps.shape != steps.shape:

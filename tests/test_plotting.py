@@ -30,6 +30,18 @@ Y = {"a": X * 2.0}
 # (public name, thunk, exception, regex the message must match)
 BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
     (
+        "padded_batch_diagram",
+        lambda: plotting.padded_batch_diagram(_ax(), [["a"]], dim=10**9),
+        ValueError,
+        r"^dim must be an int <= 64, got 1000000000$",
+    ),
+    (
+        "training_curves",
+        lambda: plotting.training_curves(_ax(), {"a": [[1.0, 2.0]]}, smooth=2**40),
+        ValueError,
+        r"must hold runs of one length >= smooth",
+    ),
+    (
         "SCHEME_COLORS",
         lambda: operator.setitem(plotting.SCHEME_COLORS, "rope", "k"),
         TypeError,
