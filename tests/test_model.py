@@ -403,7 +403,9 @@ BAD_INPUTS = [
     (
         "accuracy",
         lambda: M.accuracy(
-            TinyTransformer(ModelConfig(vocab_size=8, dim=8, num_heads=2, num_layers=1)),
+            TinyTransformer(
+                ModelConfig(vocab_size=8, dim=8, num_heads=2, num_layers=1)
+            ),
             length=4,
             lag=1,
             seed=torch.tensor(1.5),
