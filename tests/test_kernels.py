@@ -29,7 +29,7 @@ def rope_loop(
 ) -> torch.Tensor:
     """(a, b) at position m -> (a cos m theta_i - b sin, b cos + a sin), one pair at a time."""
     *lead, length, d = x.shape
-    out = x.double().clone()
+    out = x.double().clone(memory_format=torch.contiguous_format)  # reshape: a view
     flat_x, flat_out = x.double().reshape(-1, length, d), out.reshape(-1, length, d)
     pos = positions.expand(*lead, length).reshape(-1, length)
     for r in range(flat_x.shape[0]):
@@ -220,6 +220,280 @@ def test_no_key_gives_zeros_as_the_reference_does() -> None:
     assert torch.isneginf(lse).all()
 
 
+# ---- any memory layout: the stride matrix ---------------------------------------------
+
+
+def _layouts(shape: tuple[int, int, int, int], gen: torch.Generator) -> dict:
+    """One (B, H, n, D) tensor in each layout a caller produces: the values differ, the
+    shape is the same."""
+    b, h, n, d = shape
+    return {
+        "contiguous": torch.randn(b, h, n, d, generator=gen),
+        # what every model produces: (B, L, H, D) viewed with the heads second
+        "transposed": torch.randn(b, n, h, d, generator=gen).transpose(1, 2),
+        # every other position of a longer sequence, and the first D of wider rows
+        "sliced": torch.randn(b, h, 2 * n, d + 8, generator=gen)[:, :, ::2, :d],
+        # one head shared by all (stride 0), as grouped-query attention's keys
+        "expanded": torch.randn(b, 1, n, d, generator=gen).expand(b, h, n, d),
+        # the feature axis strided: every other column
+        "strided D": torch.randn(b, h, n, 2 * d, generator=gen)[..., ::2],
+    }
+
+
+LAYOUTS = ["contiguous", "transposed", "sliced", "expanded", "strided D"]
+
+
+@pytest.mark.parametrize("entry", ["kernels", "backend"])
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+def test_flash_attention_reads_any_layout(entry: str, layout_name: str) -> None:
+    from companion.attention import scaled_dot_product_attention
+
+    gen = torch.Generator().manual_seed(5)
+    q = _layouts((2, 2, 24, 16), gen)[layout_name].to(DEVICE)
+    k = _layouts((2, 2, 40, 16), gen)[layout_name].to(DEVICE)
+    v = _layouts((2, 2, 40, 16), gen)[layout_name].to(DEVICE)
+    assert layout_name == "contiguous" or not q.is_contiguous()
+    for causal in (False, True):
+        if entry == "kernels":
+            out = kernels.flash_attention(q, k, v, is_causal=causal, block_m=16)[0]
+        else:
+            out = scaled_dot_product_attention(
+                q, k, v, is_causal=causal, backend="triton"
+            )
+        want, _ = reference(q, k, v, causal)
+        assert out.shape == q.shape and out.is_contiguous()
+        torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("entry", ["kernels", "backend"])
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+def test_rope_reads_any_layout(entry: str, layout_name: str) -> None:
+    gen = torch.Generator().manual_seed(6)
+    x = _layouts((2, 3, 9, 16), gen)[layout_name].double().to(DEVICE)
+    cos, sin = rope_cos_sin(
+        torch.arange(9),
+        rope_frequencies(16, base=100.0),
+        dtype=torch.float64,
+        device=DEVICE,
+    )
+    for layout in ("half", "interleaved"):
+        if entry == "kernels":
+            got = kernels.rope(x, cos, sin, layout=layout)
+        else:
+            got = apply_rope(x, cos, sin, layout=layout, backend="triton")
+        assert got.shape == x.shape and got.is_contiguous()
+        want = rope_loop(x.cpu(), torch.arange(9), 100.0, layout)
+        torch.testing.assert_close(got.cpu(), want, atol=1e-12, rtol=1e-12)
+    # (B, L, H, D) with seq_dim=1, given as a transposed (B, H, L, D) view
+    y = x.transpose(1, 2)
+    torch.testing.assert_close(
+        apply_rope(y, cos, sin, seq_dim=1, backend="triton"),
+        apply_rope(y.contiguous(), cos, sin, seq_dim=1),
+        atol=1e-12,
+        rtol=1e-12,
+    )
+
+
+def test_masked_loads_never_read_past_the_tensor() -> None:
+    """NaN in the memory right after the keys' last row and after the queries' last
+    feature must not reach the output: masked loads read 0 there (other=0.0)."""
+    big_k = torch.randn(1, 1, 40, 80, device=DEVICE)
+    big_k[:, :, 37:] = float("nan")  # rows past S = 37, inside the last key block
+    big_q = torch.randn(1, 1, 20, 96, device=DEVICE)
+    big_q[..., 80:] = float("nan")  # features past D = 80, inside the padded block
+    q, k = big_q[..., :80], big_k[:, :, :37]
+    out, lse = kernels.flash_attention(q, k, k, block_m=16, block_n=16)
+    want, want_lse = reference(q, k, k, False)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=0)
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("head_dim", [80, 96, 8])
+def test_head_widths_that_are_not_powers_of_two(head_dim: int) -> None:
+    """80 and 96 (common head widths) and 8 run padded to a power of two >= 16."""
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 2, 20, head_dim, generator=gen).to(DEVICE) for _ in "qkv")
+    for causal in (False, True):
+        out, lse = kernels.flash_attention(q, k, v, is_causal=causal, block_m=16)
+        want, want_lse = reference(q, k, v, causal)
+        torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=0)
+        torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=1e-5)
+    x = torch.randn(1, 2, 20, head_dim, generator=gen, dtype=torch.float64).to(DEVICE)
+    cos, sin = rope_cos_sin(
+        torch.arange(20), rope_frequencies(head_dim), dtype=torch.float64, device=DEVICE
+    )
+    for layout in ("half", "interleaved"):
+        torch.testing.assert_close(
+            kernels.rope(x, cos, sin, layout=layout),
+            rope_loop(x.cpu(), torch.arange(20), 10000.0, layout).to(DEVICE),
+            atol=1e-12,
+            rtol=1e-12,
+        )
+
+
+def test_float32_is_multiplied_in_float32_not_tf32() -> None:
+    """The flag that selects tl.dot(..., input_precision="ieee") is set for float32 on
+    every device (Triton's default on NVIDIA GPUs since Ampere is TF32), and for every
+    dtype under the interpreter (which gets float32 operands); 16-bit inputs on a GPU
+    keep their dtype for the tensor cores."""
+    meta = {dt: torch.empty(1, 1, 1, 64, dtype=dt, device="meta") for dt in FLOATS[:3]}
+    assert kernels._flash_flags(meta[torch.float32])["F32"] is True
+    assert kernels._flash_flags(meta[torch.bfloat16])["F32"] is False
+    assert kernels._flash_flags(meta[torch.float16])["F32"] is False
+    cpu = torch.empty(1, 1, 1, 80, dtype=torch.bfloat16)
+    assert kernels._flash_flags(cpu) == {"HEAD_DIM": 80, "BLOCK_D": 128, "F32": True}
+    import inspect
+
+    assert 'input_precision="ieee"' in inspect.getsource(kernels._mm.fn)
+
+
+# ---- gradients: the FlashAttention-2 backward and RoPE's -------------------------------
+
+
+def _sdpa_grads(q, k, v, grad_out, is_causal, scale=None):
+    """Float64 autograd through torch's SDPA: the oracle for the backward kernels."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out = F.scaled_dot_product_attention(
+        q64, k64, v64, is_causal=is_causal, scale=scale
+    )
+    return torch.autograd.grad(out, (q64, k64, v64), grad_out.double())
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize(
+    ("q_len", "k_len", "head_dim"), [(40, 24, 16), (24, 40, 80), (33, 33, 32)]
+)
+def test_flash_attention_backward_matches_float64_autograd(
+    is_causal, q_len, k_len, head_dim
+) -> None:
+    gen = torch.Generator().manual_seed(8)
+    q = torch.randn(1, q_len, 2, head_dim, generator=gen).transpose(1, 2).to(DEVICE)
+    k, v = (torch.randn(1, 2, k_len, head_dim, generator=gen).to(DEVICE) for _ in "kv")
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out, lse = kernels.flash_attention(
+        q, k, v, is_causal=is_causal, scale=0.4, block_m=16, block_n=16
+    )
+    assert out.requires_grad and not lse.requires_grad
+    grad_out = torch.randn(out.shape, generator=gen).to(DEVICE)
+    got = torch.autograd.grad(out, (q, k, v), grad_out)
+    want = _sdpa_grads(q, k, v, grad_out, is_causal, scale=0.4)
+    for name, g, w in zip("qkv", got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == torch.float32
+        err = (g.double() - w).abs().max().item()
+        assert err < 2e-5, (name, err)  # NaN fails here too: nan < tol is False
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_flash_attention_backward_in_half_precision(dtype) -> None:
+    gen = torch.Generator().manual_seed(9)
+    q, k, v = (
+        torch.randn(1, 1, 32, 32, generator=gen).to(DEVICE, dtype).requires_grad_()
+        for _ in "qkv"
+    )
+    out, _ = kernels.flash_attention(q, k, v, is_causal=True, block_m=16, block_n=16)
+    grad_out = torch.randn(out.shape, generator=gen).to(DEVICE, dtype)
+    got = torch.autograd.grad(out, (q, k, v), grad_out)
+    want = _sdpa_grads(q, k, v, grad_out, True)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g.double(), w, atol=20 * ATOL[dtype], rtol=0)
+
+
+def test_sdpa_backend_triton_carries_gradients() -> None:
+    from companion.attention import scaled_dot_product_attention
+
+    gen = torch.Generator().manual_seed(10)
+    q, k, v = (
+        torch.randn(1, 2, 20, 16, generator=gen).to(DEVICE).requires_grad_()
+        for _ in "qkv"
+    )
+    out = scaled_dot_product_attention(q, k, v, is_causal=True, backend="triton")
+    assert out.grad_fn is not None
+    got = torch.autograd.grad(out.square().sum(), (q, k, v))
+    ref = scaled_dot_product_attention(q, k, v, is_causal=True)
+    want = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_rope_backward_is_the_inverse_rotation(layout: str) -> None:
+    """The gradient of RoPE is the rotation by -m theta: against float64 autograd of the
+    torch path, for a transposed x, seq_dim=1 and a per-sequence table."""
+    gen = torch.Generator().manual_seed(11)
+    freqs = rope_frequencies(16, base=100.0)
+    ids = torch.randint(0, 50, (2, 7), generator=gen)
+    tables = {
+        "shared": rope_cos_sin(torch.arange(7), freqs, dtype=torch.float64),
+        "per sequence": rope_cos_sin(ids.double(), freqs, dtype=torch.float64),
+    }
+    for seq_dim in (-2, 1):
+        for cos, sin in tables.values():
+            cos, sin = cos.to(DEVICE), sin.to(DEVICE)
+            shape = (2, 7, 3, 16) if seq_dim == -2 else (2, 3, 7, 16)
+            x = torch.randn(shape, generator=gen, dtype=torch.float64).transpose(1, 2)
+            x = x.to(DEVICE).requires_grad_()
+            out = apply_rope(
+                x, cos, sin, layout=layout, seq_dim=seq_dim, backend="triton"
+            )
+            grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+            (got,) = torch.autograd.grad(out, x, grad_out.to(DEVICE))
+            ref = apply_rope(x, cos, sin, layout=layout, seq_dim=seq_dim)
+            (want,) = torch.autograd.grad(ref, x, grad_out.to(DEVICE))
+            torch.testing.assert_close(got, want, atol=1e-13, rtol=1e-13)
+            # and the inverse rotation undoes the forward one
+            axis = seq_dim % x.dim()
+            back = kernels._launch_rope(out.detach(), cos, sin, layout, axis, True)
+            torch.testing.assert_close(back, x.detach(), atol=1e-13, rtol=1e-13)
+
+
+def test_a_tiny_model_trains_with_the_triton_backends() -> None:
+    """The capstone's TinyTransformer (RoPE) trained five AdamW steps with RoPE and
+    attention from the kernels: the same losses as the torch paths, step by step."""
+    from companion.attention import scaled_dot_product_attention
+    from companion.model import ModelConfig, RotarySelfAttention, TinyTransformer
+
+    class TritonRotary(RotarySelfAttention):
+        def attend(self, query, key, value, *, mask=None, is_causal=False):
+            L, S = query.shape[-2], key.shape[-2]
+            cq, sq = rope_cos_sin(torch.arange(S - L, S), self.rope_frequencies)
+            ck, sk = rope_cos_sin(torch.arange(S), self.rope_frequencies)
+            query = apply_rope(query, cq.to(DEVICE), sq.to(DEVICE), backend="triton")
+            key = apply_rope(key, ck.to(DEVICE), sk.to(DEVICE), backend="triton")
+            return scaled_dot_product_attention(
+                query, key, value, is_causal=is_causal, backend="triton"
+            )
+
+    config = ModelConfig(vocab_size=11, dim=32, num_heads=2, num_layers=2)
+    gen = torch.Generator().manual_seed(12)
+    tokens = torch.randint(0, 11, (4, 13), generator=gen).to(DEVICE)
+    losses = {}
+    for backend in ("torch", "triton"):
+        torch.manual_seed(0)
+        model = TinyTransformer(config).to(DEVICE)
+        if backend == "triton":
+            n = 0
+            for module in model.modules():
+                if type(module) is RotarySelfAttention:
+                    module.__class__ = TritonRotary
+                    n += 1
+            assert n == config.num_layers
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        losses[backend] = []
+        for _ in range(5):
+            logits = model(tokens[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses[backend].append(loss.item())
+    assert losses["torch"][-1] < losses["torch"][0] - 0.1  # it does learn
+    torch.testing.assert_close(
+        torch.tensor(losses["triton"]), torch.tensor(losses["torch"]), atol=1e-4, rtol=0
+    )
+
+
 # ---- bad input -----------------------------------------------------------------------------
 
 _x = torch.randn(1, 2, 4, 8, device=DEVICE)
@@ -304,9 +578,11 @@ BAD_INPUTS = [
     ),
     (
         "flash_attention",
-        lambda: kernels.flash_attention(_q[..., :48], _q[..., :48], _q[..., :48]),
+        lambda: kernels.flash_attention(
+            *(torch.zeros(1, 1, 2, 320, device=DEVICE),) * 3
+        ),
         ValueError,
-        r"^query's head width D must be",
+        r"^query's head width D must be from 1 to 256",
     ),
     (
         "flash_attention",
@@ -325,6 +601,12 @@ BAD_INPUTS = [
         lambda: kernels.flash_attention(_q, _q, _q, scale=-1.0),
         ValueError,
         r"^scale must be a real number > 0",
+    ),
+    (
+        "rope",
+        lambda: kernels.rope(_x, _cs[0].clone().requires_grad_(), _cs[1]),
+        ValueError,
+        r"^cos must not require grad with backend='triton'",
     ),
 ]
 
