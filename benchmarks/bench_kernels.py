@@ -15,16 +15,26 @@ On a CUDA device, side by side in one run (``harness.time_cases``):
   to its flash backend. Throughput is 4 B H L S D flops (half of that when causal) per second.
   Goal: at least 0.7x SDPA's throughput. Peak memory above the inputs at both lengths: it must
   grow as O(L) (the output and the log-sum-exp), not O(L^2).
+- **FlashAttention forward + backward**, same shapes: one call and ``out.backward(dO)``
+  (the FlashAttention-2 backward kernels) against the same with SDPA's flash backend. Goal: at
+  least 0.5x SDPA's throughput (the ratio of the two times for the same result).
+
+Before any timing, on every device, the kernels' values and gradients are checked against
+SDPA at a small size (on a CPU through Triton's interpreter): a wrong kernel stops the script.
 
 On a CPU the kernels run only through Triton's interpreter, a correctness tool that executes
-each program in NumPy; timing it says nothing about the kernels, so the script records that the
-GPU goals were not measured (the tests check the kernels' values on every run).
+each program in NumPy; timing it says nothing about the kernels, so on a CPU the script runs
+that check, times nothing and records that every GPU goal was not measured: no figure is
+written for a GPU that did not run. Without Triton installed it says so and writes the same
+"not measured" record.
 
 Writes ``benchmarks/results/kernels.md`` and ``kernels.json``. To keep a GPU run as the record
 the appendix shows, copy ``kernels.json`` to ``benchmarks/recorded/kernels-cuda.json``.
 """
 
 from __future__ import annotations
+
+import datetime
 
 import torch
 import torch.nn.functional as F
@@ -98,6 +108,51 @@ def bench_rope(report: Report, device: torch.device, args) -> None:
     )
 
 
+def check_values(report: Report, device: torch.device) -> None:
+    """Forward and gradients of both kernels against the torch references, small sizes
+    (seconds through the interpreter): a wrong kernel is never timed."""
+    from companion import kernels
+
+    gen = torch.Generator().manual_seed(1)
+    # a transposed query (the layout a model makes), L != S, float32
+    q = torch.randn(1, 48, 2, 64, generator=gen).transpose(1, 2).to(device)
+    k, v = (torch.randn(1, 2, 80, 64, generator=gen).to(device) for _ in "kv")
+    errors = {}
+    for causal in (False, True):
+        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        out, _ = kernels.flash_attention(*inputs, is_causal=causal, block_m=16)
+        d_out = torch.randn(out.shape, generator=gen).to(device)
+        got = [out, *torch.autograd.grad(out, inputs, d_out)]
+        ref_in = [t.detach().double().requires_grad_() for t in inputs]
+        ref = F.scaled_dot_product_attention(*ref_in, is_causal=causal)
+        want = [ref, *torch.autograd.grad(ref, ref_in, d_out.double())]
+        for name, g, w in zip(("out", "dQ", "dK", "dV"), got, want, strict=True):
+            err = (g.double() - w).abs().max().item()
+            errors[name] = max(errors.get(name, 0.0), err)
+            if not err < 1e-4:  # fails on NaN too
+                raise SystemExit(
+                    f"kernels.flash_attention {name} is wrong: error {err}"
+                )
+    cos, sin = rope_cos_sin(torch.arange(48), rope_frequencies(64), device=device)
+    x = q.detach().clone().requires_grad_()
+    got = kernels.rope(x, cos, sin)
+    want = apply_rope(x, cos, sin)
+    (g_got,) = torch.autograd.grad(got, x, torch.ones_like(got))
+    (g_want,) = torch.autograd.grad(want, x, torch.ones_like(want))
+    errors["rope"] = (got - want).abs().max().item()
+    errors["rope dx"] = (g_got - g_want).abs().max().item()
+    if not max(errors["rope"], errors["rope dx"]) < 1e-5 or any(
+        e != e for e in errors.values()
+    ):
+        raise SystemExit(f"kernels.rope is wrong: errors {errors}")
+    report.note(
+        "Values checked before timing (float32, transposed query, L=48, S=80, D=64, "
+        "causal and not; largest |error| against float64 SDPA and its autograd, and "
+        "against apply_rope): "
+        + ", ".join(f"{name} {err:.1e}" for name, err in errors.items())
+    )
+
+
 def bench_flash(report: Report, device: torch.device, args) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -139,15 +194,49 @@ def bench_flash(report: Report, device: torch.device, args) -> None:
                     }
                 )
             report.goal(
-                f"Triton FlashAttention >= 0.7x SDPA flash throughput, L={length}, "
+                f"Triton FlashAttention forward >= 0.7x SDPA flash throughput, L={length}, "
                 f"D={FLASH_DIM}, bf16, causal={causal}",
                 rel >= 0.7,
                 f"{rel:.2f}x",
             )
             if not causal:
                 peaks[length] = peak_memory(triton, device)
+            # forward + backward: one call and out.backward(dO) each
+            qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+            d_out = torch.randn(shape, generator=gen).to(device, torch.bfloat16)
+
+            def sdpa_fb(causal=causal, qg=qg, kg=kg, vg=vg, d_out=d_out):
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                out.backward(d_out)
+
+            def triton_fb(causal=causal, qg=qg, kg=kg, vg=vg, d_out=d_out):
+                out, _ = kernels.flash_attention(qg, kg, vg, is_causal=causal)
+                out.backward(d_out)
+
+            medians_fb = time_cases(
+                {"SDPA flash fwd+bwd": sdpa_fb, "Triton fwd+bwd": triton_fb}, args
+            )
+            rel_fb = medians_fb["SDPA flash fwd+bwd"] / medians_fb["Triton fwd+bwd"]
+            for name, t in medians_fb.items():
+                rows.append(
+                    {
+                        "L": length,
+                        "causal": causal,
+                        "case": name,
+                        "ms": t * 1e3,
+                        "tflops": 3.5 * flops / t / 1e12,  # backward: 2.5x the forward
+                    }
+                )
+            report.goal(
+                f"Triton FlashAttention forward+backward >= 0.5x SDPA flash throughput, "
+                f"L={length}, D={FLASH_DIM}, bf16, causal={causal}",
+                rel_fb >= 0.5,
+                f"{rel_fb:.2f}x",
+            )
     report.table(
-        f"FlashAttention forward, B=1, H={FLASH_HEADS}, D={FLASH_DIM}, bfloat16",
+        f"FlashAttention forward, and forward + backward (TFLOP/s counts the backward "
+        f"as 2.5x the forward), B=1, H={FLASH_HEADS}, D={FLASH_DIM}, bfloat16",
         {
             "L": ("L", "d"),
             "causal": ("causal", ""),
@@ -176,20 +265,39 @@ def main() -> None:
     device = start(args)
     report = Report(
         "kernels",
-        "Triton kernels: RoPE and the FlashAttention forward",
+        "Triton kernels: RoPE and FlashAttention, forward and backward",
         device,
-        {"rope shape": ROPE_SHAPE, "flash lengths": FLASH_LENGTHS},
+        {
+            "rope shape": ROPE_SHAPE,
+            "flash lengths": FLASH_LENGTHS,
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        },
         args,
     )
-    if device.type != "cuda":
+    try:
+        from companion import kernels
+    except ImportError as err:
+        kernels = None
+        report.note(f"Not measured: Triton is not usable here ({err}).")
+    if kernels is not None and (device.type == "cpu") == kernels.interpreted():
+        check_values(report, device)
+    elif kernels is not None:
         report.note(
-            "Not measured: the Triton kernels' goals are GPU goals, and without a CUDA device "
-            "the kernels run only through Triton's interpreter (a correctness tool; the tests "
-            "check their values on every run). Run with --device cuda on a GPU."
+            "Values not checked: the kernels run on "
+            f"{'the CPU (interpreter)' if kernels.interpreted() else 'CUDA'} here, "
+            f"not on {device}."
         )
-    else:
+    if kernels is not None and device.type == "cuda":
         bench_rope(report, device, args)
         bench_flash(report, device, args)
+    else:
+        report.note(
+            "Not measured: the kernels' goals are GPU goals (RoPE within 1.15x of "
+            "x.clone(), FlashAttention forward >= 0.7x and forward+backward >= 0.5x SDPA's "
+            "throughput, peak memory O(L)). Without a CUDA device the kernels run only "
+            "through Triton's interpreter, a correctness tool, so nothing is timed and no "
+            "GPU figure is written. Run with --device cuda on a GPU."
+        )
     report.finish(args.out_dir)
 
 
