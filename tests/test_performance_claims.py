@@ -1,7 +1,9 @@
 """The appendix's claims (book/07_performance.ipynb), each against an oracle.
 
-The package's full attention moves the score matrix so often that its intensity is about 5
-flop/byte at any length (memory-bound), tiled attention's is about half the block, the
+The package's full attention moves the score matrix so often (about 12 float32 L x L
+matrices) that its intensity is the same at any length, about 5 flop/byte at D = 64 and 10 at
+D = 128 (memory-bound), tiled attention's is about half the block, TF32 products would put
+the kernel's float32 check out by two orders of magnitude, the
 exp/log form of the sinusoidal frequencies is less accurate than the direct power, and the
 solution's block size that reaches an H100's tensor-core balance.
 """
@@ -12,6 +14,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from companion.attention import scaled_dot_product_attention
 from companion.performance import attention_flops, memory_traffic, tensor_bytes, ulp
@@ -36,6 +39,51 @@ def test_full_attention_intensity_about_five_at_any_length(length: int) -> None:
     # what it would be if only Q, K, V and the output crossed the bus: L / 4 here
     ideal = attention_flops(1, 1, length, length, d) / tensor_bytes(q, k, v, q)
     assert ideal == length / 4
+
+
+@pytest.mark.parametrize("length", [1024, 2048])
+def test_full_attention_intensity_about_ten_at_head_width_128(length: int) -> None:
+    """The flops per score grow with D, the score bytes do not: twice the intensity."""
+    ratio = {}
+    for d in (64, 128):
+        q, k, v = (torch.randn(1, 1, length, d) for _ in range(3))
+        moved = _moved(lambda q=q, k=k, v=v: scaled_dot_product_attention(q, k, v))
+        ratio[d] = attention_flops(1, 1, length, length, d) / moved
+        assert 11 < moved / (4 * length * length) < 13  # about 12 score matrices
+    assert 9 < ratio[128] < 11.5 < H100_FLOAT32_BALANCE
+    assert 1.8 < ratio[128] / ratio[64] < 2.05
+
+
+def _tf32(x: torch.Tensor) -> torch.Tensor:
+    """Round float32 to TF32's 10 fraction bits (to nearest, ties away from zero)."""
+    return ((x.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def test_tf32_rounding_of_the_operands() -> None:
+    x = torch.tensor([1 + 2**-11 + 2**-12, 1 + 2**-12, -3.0, 2**-10 + 1])
+    assert _tf32(x).tolist() == [1 + 2**-10, 1.0, -3.0, 1 + 2**-10]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_tf32_products_would_fail_the_chapters_float32_check(seed, is_causal) -> None:
+    """Chapter 07 asserts a float32 FlashAttention error below 1e-5; with both products
+    on TF32-rounded operands (tl.dot's default for float32 on NVIDIA GPUs since Ampere)
+    the error on the same kind of inputs is above 1e-4, while float32 stays below 1e-5."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(3, 1, 2, 128, 64, generator=gen)
+    exact = F.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), is_causal=is_causal
+    )
+    s = (_tf32(q).double() @ _tf32(k).double().transpose(-1, -2) / 8).float()
+    if is_causal:
+        keep = torch.ones(128, 128, dtype=torch.bool).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    tf32_error = (_tf32(p).double() @ _tf32(v).double() - exact).abs().max().item()
+    f32 = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    f32_error = (f32.double() - exact).abs().max().item()
+    assert f32_error < 1e-5 < 1e-4 < tf32_error < 1e-2
 
 
 def test_tiled_intensity_passes_the_float32_balance() -> None:
