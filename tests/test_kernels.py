@@ -294,6 +294,39 @@ def test_rope_reads_any_layout(entry: str, layout_name: str) -> None:
     )
 
 
+def test_rope_of_many_axes_that_do_not_merge() -> None:
+    """Rows spread over more than four axes that cannot merge: the kernel takes a
+    contiguous copy instead (the only case it copies), same values."""
+    gen = torch.Generator().manual_seed(13)
+    base = torch.randn(2, 3, 2, 3, 2, 5, 8, generator=gen, dtype=torch.float64)
+    x = base.permute(4, 3, 2, 1, 0, 5, 6)  # (2, 3, 2, 3, 2, L=5, D=8), no axis merges
+    copy, sizes, _ = kernels._row_layout(x)
+    assert copy.is_contiguous() and sizes == [1, 1, 1, 360]  # one axis in the copy
+    cos, sin = rope_cos_sin(
+        torch.arange(5), rope_frequencies(8), dtype=torch.float64, device=DEVICE
+    )
+    x = x.to(DEVICE)
+    for layout in ("half", "interleaved"):
+        torch.testing.assert_close(
+            kernels.rope(x, cos, sin, layout=layout),
+            rope_loop(x.cpu(), torch.arange(5), 10000.0, layout).to(DEVICE),
+            atol=1e-12,
+            rtol=1e-12,
+        )
+
+
+def test_row_layout_merges_what_steps_through_memory_as_one() -> None:
+    x = torch.empty(2, 9, 4, 8).transpose(1, 2)  # (B, H, L, D) view of (B, L, H, D)
+    same, sizes, strides = kernels._row_layout(x)
+    assert same is x and sizes == [1, 2, 4, 9] and strides == [0, 288, 8, 32]
+    y = torch.empty(3, 5, 16)[:, :, :8]  # rows (3, 5), strides (80, 16): one axis
+    _, sizes, strides = kernels._row_layout(y)
+    assert sizes == [1, 1, 1, 15] and strides == [0, 0, 0, 16]
+    z = torch.empty(1, 7, 8).expand(4, 7, 8)  # batch stride 0
+    _, sizes, strides = kernels._row_layout(z)
+    assert sizes == [1, 1, 4, 7] and strides == [0, 0, 0, 8]
+
+
 def test_masked_loads_never_read_past_the_tensor() -> None:
     """NaN in the memory right after the keys' last row and after the queries' last
     feature must not reach the output: masked loads read 0 there (other=0.0)."""
