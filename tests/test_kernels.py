@@ -184,6 +184,44 @@ def test_flash_attention_at_the_benchmark_sizes_on_cuda(head_dim, dtype) -> None
         torch.testing.assert_close(out, want, atol=ATOL[dtype], rtol=0)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.cuda
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_float32_on_cuda_is_not_tf32(head_dim) -> None:
+    """Compiled for a GPU, float32 stays float32 (input_precision="ieee"): TF32 products
+    would err by more than 1e-4 here (tests/test_performance_claims.py)."""
+    gen = torch.Generator().manual_seed(14)
+    q, k, v = (torch.randn(1, 2, 128, head_dim, generator=gen) for _ in "qkv")
+    for is_causal in (False, True):
+        want, want_lse = reference(q, k, v, is_causal)
+        out, lse = kernels.flash_attention(
+            *(t.cuda() for t in (q, k, v)), is_causal=is_causal
+        )
+        assert (out.cpu().double() - want).abs().max().item() < 1e-5
+        assert (lse.cpu().double() - want_lse).abs().max().item() < 1e-5
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_flash_attention_backward_at_the_benchmark_head_width_on_cuda(dtype) -> None:
+    gen = torch.Generator().manual_seed(15)
+    q, k, v = (
+        torch.randn(1, 4, 512, 128, generator=gen).to("cuda", dtype).requires_grad_()
+        for _ in "qkv"
+    )
+    for is_causal in (False, True):
+        out, _ = kernels.flash_attention(q, k, v, is_causal=is_causal)
+        grad_out = torch.randn(out.shape, generator=gen).to("cuda", dtype)
+        got = torch.autograd.grad(out, (q, k, v), grad_out)
+        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+        ref = F.scaled_dot_product_attention(q64, k64, v64, is_causal=is_causal)
+        want = torch.autograd.grad(ref, (q64, k64, v64), grad_out.double())
+        tol = 1e-4 if dtype == torch.float32 else 4e-2
+        for g, w in zip(got, want, strict=True):
+            assert (g.double() - w).abs().max().item() < tol
+
+
 # ---- selected from the counterparts: backend="triton" -------------------------------------
 
 
