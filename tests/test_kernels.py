@@ -217,9 +217,10 @@ def test_flash_attention_backward_at_the_benchmark_head_width_on_cuda(dtype) -> 
         q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
         ref = F.scaled_dot_product_attention(q64, k64, v64, is_causal=is_causal)
         want = torch.autograd.grad(ref, (q64, k64, v64), grad_out.double())
-        tol = 1e-4 if dtype == torch.float32 else 4e-2
+        tol = 1e-5 if dtype == torch.float32 else 3e-2  # relative to the largest entry
         for g, w in zip(got, want, strict=True):
-            assert (g.double() - w).abs().max().item() < tol
+            scale = max(1.0, w.abs().max().item())
+            assert (g.double() - w).abs().max().item() < tol * scale
 
 
 # ---- selected from the counterparts: backend="triton" -------------------------------------
