@@ -281,10 +281,13 @@ def rms_norm(
     * ``"gemma"``: ``(x_hat * (1 + weight)).to(dtype)``, the stored weight is an offset
       from one (initialized to zero), as Hugging Face ``GemmaRMSNorm``.
 
+    :math:`\epsilon` sits inside the root, as in :class:`torch.nn.RMSNorm`, Meta's LLaMA
+    and Hugging Face. The paper's formula has none; the authors' PyTorch code adds it
+    outside, ``x / (rms + eps)``, and their TensorFlow code inside.
+
     The default ``eps=1e-6`` is Hugging Face ``LlamaConfig.rms_norm_eps`` and LLaMA-1's
     value; Llama 2 and 3 checkpoints use ``1e-5``; :class:`torch.nn.RMSNorm` defaults to
-    the
-    machine epsilon of the type it computes in: ``torch.finfo(torch.float32).eps``
+    the machine epsilon of the type it computes in: ``torch.finfo(torch.float32).eps``
     (about ``1.19e-7``) for float32, float16 and bfloat16 inputs, float64's for float64.
     Pass ``eps`` explicitly when matching a model.
 
@@ -555,9 +558,12 @@ class _ResidualBlock(nn.Module):
 class PreLNBlock(_ResidualBlock):
     r"""Pre-LN residual block: :math:`x + F(\mathrm{Norm}(x))`.
 
-    The residual path is an identity, so the gradient reaches every layer undiminished
-    (Xiong et al., 2020). GPT-2, LLaMA and most recent models use this placement (with
-    one more norm after the last block, see :func:`residual_stack`).
+    The residual path is an identity: the gradient reaches every block through it
+    without passing a norm. It is not undiminished: at initialization the final norm
+    divides by a residual stream that grows with depth, so the last blocks' gradients
+    shrink as the stack deepens (Xiong et al., 2020; the chapter on normalization
+    measures it). GPT-2, LLaMA and most recent models use this placement (with one more
+    norm after the last block, see :func:`residual_stack`).
 
     Args:
         dim: model width ``D`` (checked against the input's last dim).

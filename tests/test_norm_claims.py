@@ -7,8 +7,10 @@ nn.RMSNorm's default eps per dtype; one bfloat16 step between the torch and LLaM
 orders and a third more error for LLaMA's; Gemma's offset gain; E[x^2] - E[x]^2 against
 the two-pass variance; eps inside and outside the root; (D - 1)/D for an unbiased std;
 float16 overflow; the gradient at initialization of Post-LN and Pre-LN stacks (flat
-against falling with depth, in every seed); the Annotated Transformer's LayerNorm off by
-1/(2D). Oracles: torch's F.layer_norm, F.batch_norm, F.rms_norm, nn.BatchNorm1d, float64
+against falling with depth, in every seed); Adam's first step, the same size in both
+placements and moving a deep Post-LN stack's output more; later Pre-LN blocks changing the
+residual stream less; BatchNorm's gain and bias undoing it where LayerNorm's cannot; the
+Annotated Transformer's LayerNorm off by 1/(2D). Oracles: torch's F.layer_norm, F.batch_norm, F.rms_norm, nn.BatchNorm1d, float64
 loops.
 """
 
@@ -130,6 +132,24 @@ def test_layer_norm_invariances_and_rms_norm_only_to_scaling() -> None:
     base = norm.rms_norm(x, 16, eps=1e-12)
     assert (norm.rms_norm(5 * x, 16, eps=1e-12) - base).abs().max() < 1e-10
     assert (norm.rms_norm(x + 1, 16, eps=1e-12) - base).abs().max() > 0.1
+
+
+def test_batch_norm_gain_and_bias_can_undo_it_and_layer_norms_cannot() -> None:
+    """BatchNorm's statistics are per feature, like gamma and beta: gamma = sqrt(var +
+    eps), beta = mean give the batch back. LayerNorm's are per token: x and 3x + 5 give
+    one output, so no per-feature gain and bias can give both back."""
+    x = torch.randn(10, 16, dtype=F64, generator=torch.Generator().manual_seed(11))
+    var, mean = torch.var_mean(x, dim=0, correction=0)
+    undone = F.batch_norm(
+        x, None, None, torch.sqrt(var + 1e-5), mean, training=True, eps=1e-5
+    )
+    torch.testing.assert_close(undone, x, rtol=0, atol=1e-12)
+    token = x[0]
+    same = F.layer_norm(3 * token + 5, (16,), eps=1e-20) - F.layer_norm(
+        token, (16,), eps=1e-20
+    )
+    assert same.abs().max() < 1e-14
+    assert (3 * token + 5 - token).abs().max() > 1  # two different tokens
 
 
 @pytest.mark.parametrize(
@@ -294,6 +314,65 @@ def test_at_depth_16_post_ln_gradients_exceed_pre_ln_most_at_the_top(seed: int) 
     ratio = grads["post"] / grads["pre"]
     assert (ratio > 1).all()
     assert ratio[0] < 1.2 and ratio[-1] > 1.7
+
+
+def _first_adam_step(placement: str, depth: int, seed: int) -> tuple[float, float]:
+    """Chapter 05's measurement: one AdamW step (lr 1e-3) from the Xavier-initialized
+    stack; the last block's update norm and the relative change of the output."""
+    torch.manual_seed(seed)
+    stack = norm.residual_stack(depth, 64, placement=placement)
+    for m in stack.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_normal_(m.weight)
+            nn.init.zeros_(m.bias)
+    head = nn.Linear(64, 100)
+    x = torch.randn(8, 8, 64)
+    target = torch.randint(100, (8, 8))
+    with torch.no_grad():
+        before = stack(x)
+    weight = stack[depth - 1].sublayer[2].weight
+    weight_before = weight.detach().clone()
+    F.cross_entropy(head(stack(x)).flatten(0, 1), target.flatten()).backward()
+    torch.optim.AdamW(stack.parameters(), lr=1e-3, weight_decay=0.0).step()
+    with torch.no_grad():
+        change = ((stack(x) - before).norm() / before.norm()).item()
+    return (weight.detach() - weight_before).norm().item(), change
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_adams_first_step_ignores_the_gradient_and_post_ln_amplifies_it(
+    seed: int,
+) -> None:
+    """Adam's first update is lr * sign(g): lr * sqrt(n) for n weights, in both
+    placements, although Post-LN's gradient is about twice Pre-LN's at depth 16; the
+    same step moves a deep Post-LN stack's output more (Liu et al., 2020)."""
+    moved = {}
+    for placement in ("post", "pre"):
+        updates, moved[placement] = zip(
+            *(_first_adam_step(placement, n, seed) for n in (2, 16, 32)), strict=True
+        )
+        for u in updates:
+            assert abs(u / (1e-3 * math.sqrt(64 * 256)) - 1) < 1e-3
+    ratio = [a / b for a, b in zip(moved["post"], moved["pre"], strict=True)]
+    assert ratio[0] < 1.1 and ratio[1] > 1.5 and ratio[2] > 1.5
+    assert moved["post"][0] < moved["post"][1] < moved["post"][2]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_later_pre_ln_blocks_change_the_residual_stream_less(seed: int) -> None:
+    torch.manual_seed(seed)
+    stack = norm.residual_stack(32, 64, placement="pre")
+    for m in stack.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_normal_(m.weight)
+            nn.init.zeros_(m.bias)
+    h, shares = torch.randn(8, 8, 64), []
+    with torch.no_grad():
+        for block in list(stack)[:32]:
+            out = block(h)
+            shares.append(((out - h).norm() / h.norm()).item())
+            h = out
+    assert shares[-1] < shares[0] / 2
 
 
 # ---- Post-LN and Pre-LN in training (chapter 06 measures it) -------------------------
