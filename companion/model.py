@@ -19,7 +19,9 @@ places back: the answer is defined at any length, and it can only be found by po
 :func:`train` is the plain training loop, one model at a time. :func:`train_batched`
 trains several models of one configuration (one per seed) as a single batched model with
 :func:`torch.func.stack_module_state` and :func:`torch.vmap`: the same updates, computed
-together.
+together. :func:`accuracy` scores a trained model over every position of a batch;
+:func:`position_accuracy` position by position, so that positions inside and past the
+training length can be told apart.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "accuracy",
     "lag_task",
     "parameter_count",
+    "position_accuracy",
     "train",
     "train_batched",
 ]
@@ -246,7 +249,8 @@ class TinyTransformer(nn.Module):
 
     A learned table has ``config.max_len`` rows and cannot encode a longer input:
     :meth:`forward` raises a :class:`ValueError` then. Rows the training never reached
-    stay at their random initialization; the capstone chapter measures what that does.
+    stay at their random initialization: past the training length the table encodes
+    nothing it learned (the capstone's third exercise measures it).
 
     Args:
         config: the sizes and choices.
@@ -649,27 +653,10 @@ def train_batched(
     return runs
 
 
-@torch.no_grad()
-def accuracy(
-    model: nn.Module,
-    *,
-    length: int,
-    lag: int,
-    num_sequences: int = 256,
-    seed: int = 1234,
-) -> float:
-    """Fraction of positions ``t >= lag`` where the model's top token is the right one.
-
-    Args:
-        model: a trained :class:`TinyTransformer` (any module with its ``.config``).
-        length: evaluation length (may exceed the training length).
-        lag: the task's lag.
-        num_sequences: sequences to evaluate on.
-        seed: seed of the evaluation batch (different from training seeds by default).
-
-    Returns:
-        The accuracy in ``[0, 1]``; chance is ``1 / vocab_size``.
-    """
+def _hits(
+    model: nn.Module, length: int, lag: int, num_sequences: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checked arguments; ``(hit, scored)`` on one seeded evaluation batch, ``(B, L)``."""
     config = _trainable("model", model)
     _validate.positive_int("num_sequences", num_sequences)
     _task_sizes(num_sequences, length, lag, config.vocab_size)
@@ -688,5 +675,70 @@ def accuracy(
     model.eval()
     predictions = model(tokens).argmax(dim=-1)  # (B, L)
     model.train(was_training)
-    scored = targets != IGNORE_INDEX
-    return (predictions[scored] == targets[scored]).double().mean().item()
+    return predictions == targets, targets != IGNORE_INDEX
+
+
+@torch.no_grad()
+def accuracy(
+    model: nn.Module,
+    *,
+    length: int,
+    lag: int,
+    num_sequences: int = 256,
+    seed: int = 1234,
+) -> float:
+    """Fraction of positions ``t >= lag`` where the model's top token is the right one.
+
+    The positions are pooled: for a causal model evaluated past its training length,
+    :func:`position_accuracy` separates the positions it was trained on from the new
+    ones.
+
+    Args:
+        model: a trained :class:`TinyTransformer` (any module with its ``.config``).
+        length: evaluation length (may exceed the training length).
+        lag: the task's lag.
+        num_sequences: sequences to evaluate on.
+        seed: seed of the evaluation batch (different from training seeds by default).
+
+    Returns:
+        The accuracy in ``[0, 1]``; chance is ``1 / vocab_size``.
+    """
+    hit, scored = _hits(model, length, lag, num_sequences, seed)
+    return hit[scored].double().mean().item()
+
+
+@torch.no_grad()
+def position_accuracy(
+    model: nn.Module,
+    *,
+    length: int,
+    lag: int,
+    num_sequences: int = 256,
+    seed: int = 1234,
+) -> torch.Tensor:
+    """Accuracy at each position ``t``, over ``num_sequences`` sequences of the lag task.
+
+    The evaluation batch is :func:`accuracy`'s (same ``seed``), so the mean over
+    positions ``t >= lag`` is :func:`accuracy`. In a causal model the output at ``t``
+    depends only on positions ``0..t``: the accuracies at ``t < n`` are the same at
+    every evaluation length ``>= n``, and one evaluation at the longest length gives
+    every shorter one.
+
+    Args:
+        model: a trained :class:`TinyTransformer` (any module with its ``.config``).
+        length: evaluation length ``L`` (may exceed the training length).
+        lag: the task's lag.
+        num_sequences: sequences to evaluate on.
+        seed: seed of the evaluation batch.
+
+    Returns:
+        A float64 tensor of the accuracy at each position, ``nan`` at ``t < lag``
+        (no answer there).
+
+    Shape:
+        - output: ``(L,)``
+    """
+    hit, scored = _hits(model, length, lag, num_sequences, seed)
+    out = hit.double().mean(dim=0).cpu()  # (L,)
+    out[~scored[0].cpu()] = math.nan
+    return out

@@ -387,6 +387,37 @@ def test_accuracy_is_one_for_an_oracle_and_chance_for_a_constant() -> None:
     assert abs(wrong - 1 / 9) < 0.03, "a model answering the wrong lag is at chance"
 
 
+def test_position_accuracy_against_a_loop_and_its_mean_is_accuracy() -> None:
+    """Oracle: a loop over sequences and positions on the same seeded batch."""
+    net = tiny("rope")
+    per_position = M.position_accuracy(net, length=12, lag=3, num_sequences=40, seed=5)
+    assert per_position.shape == (12,) and per_position.dtype == torch.float64
+    assert per_position[:3].isnan().all()
+    tokens, targets = M.lag_task(
+        40, 12, lag=3, vocab_size=11, generator=torch.Generator().manual_seed(5)
+    )
+    with torch.no_grad():
+        predictions = net(tokens).argmax(dim=-1)
+    for t in range(3, 12):
+        hits = sum(int(predictions[b, t] == targets[b, t]) for b in range(40))
+        assert per_position[t].item() == hits / 40
+    pooled = M.accuracy(net, length=12, lag=3, num_sequences=40, seed=5)
+    assert abs(per_position[3:].mean().item() - pooled) < 1e-12
+    oracle = M.position_accuracy(_Oracle(9, 2), length=10, lag=2, num_sequences=8)
+    assert (oracle[2:] == 1).all()
+
+
+def test_a_causal_model_gives_the_same_position_accuracy_at_every_length() -> None:
+    """The outputs at t < n do not depend on the positions after t: the accuracies on
+    the first positions of a longer evaluation are those of the shorter one, on the
+    same tokens."""
+    for position in ("none", "rope", "alibi", "sinusoidal"):
+        net = tiny(position)
+        tokens = torch.randint(11, (4, 24), generator=torch.Generator().manual_seed(6))
+        with torch.no_grad():
+            torch.testing.assert_close(net(tokens[:, :8]), net(tokens)[:, :8])
+
+
 # ---- Bad input: every public name ----------------------------------------------------
 
 _IDS = torch.zeros(1, 4, dtype=torch.long)
@@ -769,6 +800,25 @@ BAD_INPUTS = [
         lambda: M.accuracy(tiny(), length=4, lag=4),
         ValueError,
         r"length must be greater than lag, got length=4, lag=4",
+    ),
+    # position_accuracy
+    (
+        "position_accuracy",
+        lambda: M.position_accuracy(nn.Linear(2, 2), length=4, lag=1),
+        TypeError,
+        r"model.config must be a ModelConfig",
+    ),
+    (
+        "position_accuracy",
+        lambda: M.position_accuracy(tiny(), length=4, lag=1, seed=-1),
+        ValueError,
+        r"seed must be an int >= 0, got -1",
+    ),
+    (
+        "position_accuracy",
+        lambda: M.position_accuracy(tiny(), length=3, lag=5),
+        ValueError,
+        r"length must be greater than lag, got length=3, lag=5",
     ),
 ]
 
