@@ -86,7 +86,9 @@ def default_device() -> torch.device:
 
     Set the environment variable ``COMPANION_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``…)
     to override the choice, e.g. ``COMPANION_DEVICE=cpu`` to reproduce the published
-    outputs on a machine with a GPU. A value that names no device of this machine is a
+    outputs on a machine with a GPU, to their printed precision with the same library
+    versions (PyTorch promises no bit-for-bit identity across releases or platforms).
+    A value that names no device of this machine is a
     ``ValueError`` naming the variable.
     """
     requested = os.environ.get(_DEVICE_ENV, "").strip()
