@@ -70,8 +70,9 @@ book: venv
 book-strict: venv
 	$(call build_book,--all -n -W --keep-going)
 
-# The whole book as one PDF: the single-page build (same execution cache) printed by headless
-# Chromium once MathJax has typeset every formula; solutions unfolded, no buttons.
+# The whole book as one PDF: the single-page build (same execution cache) paginated by Paged.js
+# (vendored in scripts/pdf/) in headless Chromium: contents with page numbers, running headers,
+# bookmarks, solutions at each chapter's end, every link internal or a public URL.
 pdf: book
 	$(PY) scripts/build_pdf.py
 

@@ -1,16 +1,23 @@
-"""The whole-book PDF (``make pdf`` writes ``_build/pdf/book.pdf``) holds the whole book.
+"""The whole-book PDF (``make pdf`` writes ``_build/pdf/book.pdf``) holds the whole book and
+reads like a book.
 
 Read back with pypdf: every page of the table of contents appears by its title (chapters,
 notation, API, references), no formula is left as raw TeX (a TeX fragment may appear only
 inside code the book prints: a notebook cell or a companion source shown with
 literalinclude), the solutions are printed (each solution's code is in the text, not folded
-away), and no piece of the web page's interface is printed. Run with
+away) in a "Solutions" section at the end of their chapter, and no piece of the web page's
+interface is printed. As a book: no link points to a local file (``file://``), every
+internal link lands on a page of the PDF, the contents page gives every chapter with the
+page it starts on, the bookmarks nest part > chapter > section and each opens a page that
+shows its heading, every page but the title page carries a running header (its chapter's
+title) and a page number, and no page is blank. Run with
 ``pytest tests/browser/test_pdf.py --browser`` (its own stage of ``make test``, after the book
 and ``make pdf``). Without a PDF the test skips, except under CI (``CI`` set).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -48,7 +55,7 @@ def _squash(text: str) -> str:
 
 
 @cache
-def _pdf_text() -> str:
+def _reader() -> object:
     if not PDF.is_file():
         if os.environ.get("CI"):
             pytest.fail(
@@ -57,7 +64,48 @@ def _pdf_text() -> str:
         pytest.skip(f"no {PDF.relative_to(ROOT)}: run `make pdf` first")
     from pypdf import PdfReader
 
-    return "\n".join(page.extract_text() or "" for page in PdfReader(PDF).pages)
+    return PdfReader(PDF)
+
+
+@cache
+def _page_texts() -> tuple[str, ...]:
+    return tuple(page.extract_text() or "" for page in _reader().pages)
+
+
+@cache
+def _pdf_text() -> str:
+    return "\n".join(_page_texts())
+
+
+def _outline() -> list[tuple[int, str, int]]:
+    """The bookmarks as (depth, title, 0-based page), in order."""
+    reader = _reader()
+    found: list[tuple[int, str, int]] = []
+
+    def walk(items: list, depth: int) -> None:
+        for item in items:
+            if isinstance(item, list):
+                walk(item, depth + 1)
+            else:
+                found.append(
+                    (depth, item.title, reader.get_destination_page_number(item))
+                )
+
+    walk(reader.outline, 0)
+    return found
+
+
+def _links() -> list[dict]:
+    """Every link annotation: its page and its /A or /Dest."""
+    links = []
+    for number, page in enumerate(_reader().pages):
+        for ref in page.get("/Annots") or []:
+            annot = ref.get_object()
+            if annot.get("/Subtype") == "/Link":
+                links.append(
+                    {"page": number, "A": annot.get("/A"), "Dest": annot.get("/Dest")}
+                )
+    return links
 
 
 def _toc_files() -> list[Path]:
@@ -170,3 +218,176 @@ def test_no_web_interface_is_printed() -> None:
     text = _pdf_text()
     printed = {word: text.count(word) for word in CHROME if word in text}
     assert not printed, f"interface text printed: {printed}"
+
+
+# ---- A book: links, contents, bookmarks, running headers -------------------------------
+
+
+def test_no_link_points_to_a_local_file() -> None:
+    links = _links()
+    assert len(links) > 100, f"only {len(links)} links in the PDF: nothing checked"
+    uris = [str(link["A"].get("/URI")) for link in links if link["A"] is not None]
+    local = [u for u in uris if u != "None" and not u.startswith(("https:", "http:"))]
+    assert not local, f"{len(local)} links that are not public URLs, e.g. {local[:3]}"
+
+
+def test_every_internal_link_lands_on_a_page() -> None:
+    reader = _reader()
+    pages = {page.indirect_reference.idnum: n for n, page in enumerate(reader.pages)}
+    named = reader.named_destinations
+    internal, dead = 0, []
+    for link in _links():
+        action = link["A"]
+        dest = link["Dest"]
+        if action is not None and action.get("/S") == "/GoTo":
+            dest = action.get("/D")
+        if dest is None:
+            continue
+        internal += 1
+        if isinstance(dest, str) or not hasattr(dest, "__getitem__"):
+            target = named.get(str(dest))
+            page = reader.get_destination_page_number(target) if target else None
+        else:
+            ref = dest[0]
+            page = pages.get(getattr(ref, "idnum", None))
+        if page is None:
+            dead.append(f"p. {link['page'] + 1}: {dest}")
+    assert internal > 300, (
+        f"only {internal} internal links (cross-references, citations)"
+    )
+    assert not dead, f"{len(dead)} internal links land nowhere, e.g. {dead[:5]}"
+
+
+def _chapter_titles() -> list[str]:
+    return [_title(path) for path in _toc_files()]
+
+
+def test_contents_gives_every_chapter_with_its_page() -> None:
+    texts = _page_texts()
+    outline = _outline()
+    start = next(page for _, title, page in outline if title == "Contents")
+    end = min(page for _, title, page in outline if page > start)
+    lines = "\n".join(texts[start:end]).splitlines()
+    problems = []
+    for title in _chapter_titles():
+        entry = [ln for ln in lines if _squash(title) in _squash(ln)]
+        number = re.search(r"(\d+)\s*$", entry[0]) if entry else None
+        if not number:
+            problems.append(f"{title!r}: no contents line with a page number")
+            continue
+        page = int(number.group(1)) - 1
+        starts = [
+            p
+            for _, t, p in outline
+            if re.fullmatch(r"(\d+\.)?" + re.escape(_squash(title)), _squash(t))
+        ]
+        if page not in starts or _squash(title) not in _squash(texts[page]):
+            problems.append(
+                f"{title!r}: contents says page {page + 1}, bookmarks {starts[:3]}"
+            )
+    assert not problems, "\n".join(problems)
+
+
+def test_bookmarks_nest_parts_chapters_sections_and_open_their_heading() -> None:
+    outline = _outline()
+    texts = _page_texts()
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    captions = [part["caption"] for part in toc.get("parts", [])]
+    top = [title for depth, title, _ in outline if depth == 0]
+    assert [c for c in captions if c in top] == captions, (
+        f"parts {captions} are not top-level bookmarks: {top}"
+    )
+    # every chapter of a part is a bookmark one level below its part
+    problems = []
+    for part in toc.get("parts", []):
+        at = next(
+            i for i, (d, t, _) in enumerate(outline) if d == 0 and t == part["caption"]
+        )
+        children = []
+        for depth, title, _ in outline[at + 1 :]:
+            if depth == 0:
+                break
+            if depth == 1:
+                children.append(_squash(title))
+        for chapter in part["chapters"]:
+            path = next(
+                p
+                for p in _toc_files()
+                if p.with_suffix("").as_posix().endswith(chapter["file"])
+            )
+            if not any(_squash(_title(path)) in child for child in children):
+                problems.append(
+                    f"{_title(path)!r} is not a bookmark under {part['caption']!r}"
+                )
+    assert sum(1 for depth, _, _ in outline if depth == 2) > 40, (
+        "too few section bookmarks"
+    )
+    # each bookmark opens a page that shows its heading, with the heading's own spaces
+    # (a heading with a formula: its words; MathJax's glyphs extract their own way)
+    for _depth, title, page in outline:
+        spaced = " ".join(texts[page].split())
+        if re.fullmatch(r"[\d.]*\s*[A-Za-z ,:'’-]+", title):
+            if " ".join(title.split()) not in spaced:
+                problems.append(
+                    f"bookmark {title!r} is not a heading of page {page + 1}"
+                )
+        elif not all(w in spaced for w in re.findall(r"[A-Za-z]{3,}", title)):
+            problems.append(f"bookmark {title!r} opens page {page + 1}, which lacks it")
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:20])
+
+
+def test_pages_have_running_header_and_number_and_none_is_blank() -> None:
+    texts = _page_texts()
+    outline = _outline()
+    captions = {
+        part["caption"]
+        for part in yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))[
+            "parts"
+        ]
+    }
+    chapters, top = [], ""
+    for depth, title, page in outline:
+        top = title if depth == 0 else top
+        if (depth == 0 and title not in captions) or (depth == 1 and top in captions):
+            chapters.append((page, title))
+    problems = []
+    for number, text in enumerate(texts[1:], start=1):
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if not any(ln == str(number + 1) for ln in lines[:3]):
+            problems.append(f"page {number + 1}: no page number among {lines[:3]}")
+        body = [ln for ln in lines if ln != str(number + 1)]
+        if not body:
+            problems.append(f"page {number + 1} is blank")
+    # the page after each chapter's first page is headed by the chapter's title
+    for (page, title), (nxt, _) in itertools.pairwise(chapters):
+        if nxt > page + 1:
+            head = texts[page + 1].splitlines()[0]
+            if _squash(head) != _squash(title) and _squash(title) not in _squash(
+                head + texts[page + 1].splitlines()[1]
+            ):
+                problems.append(f"page {page + 2}: header {head!r}, chapter {title!r}")
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:20])
+
+
+def test_solutions_are_collected_at_the_end_of_their_chapter() -> None:
+    outline = _outline()
+    solutions = _solution_code()
+    chapters = [(i, title) for i, (depth, title, _) in enumerate(outline) if depth == 1]
+    with_solutions = []
+    for (i, title), nxt in zip(
+        chapters, [*chapters[1:], (len(outline), "")], strict=True
+    ):
+        inside = [t for depth, t, _ in outline[i + 1 : nxt[0]] if depth == 2]
+        if "Solutions" in inside:
+            with_solutions.append(_squash(title))
+            assert inside[-1] == "Solutions", (
+                f"{title}: Solutions is not its last section"
+            )
+    expected = [_squash(_title(p)) for p in _toc_files() if p.stem in solutions]
+    missing = [t for t in expected if not any(t in w for w in with_solutions)]
+    assert not missing, f"chapters with solutions but no Solutions section: {missing}"
+    text = _squash(_pdf_text())
+    assert (
+        text.count("Solutionattheendofthechapter")
+        >= sum(map(len, solutions.values())) // 2
+    )
