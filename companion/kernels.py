@@ -287,21 +287,22 @@ def _launch_rope(
 
 
 class _Rope(torch.autograd.Function):
-    """RoPE with its gradient: the rotation by :math:`-m\\theta_i` (the transpose)."""
+    """RoPE by :math:`\\pm m\\theta_i`, with its gradient: the rotation the other way
+    (the transpose), itself a ``_Rope``, so gradients of any order are right (RoPE is
+    linear in ``x``: ``create_graph=True`` records the backward rotation)."""
 
     @staticmethod
-    def forward(ctx, x, cos, sin, layout, seq_axis):  # type: ignore[override]
+    def forward(ctx, x, cos, sin, layout, seq_axis, inverse):  # type: ignore[override]
         ctx.save_for_backward(cos, sin)
-        ctx.layout, ctx.seq_axis = layout, seq_axis
-        return _launch_rope(x, cos, sin, layout, seq_axis, inverse=False)
+        ctx.args = (layout, seq_axis, inverse)
+        return _launch_rope(x, cos, sin, layout, seq_axis, inverse=inverse)
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         cos, sin = ctx.saved_tensors
-        grad_x = _launch_rope(
-            grad_out, cos, sin, ctx.layout, ctx.seq_axis, inverse=True
-        )
-        return grad_x, None, None, None, None
+        layout, seq_axis, inverse = ctx.args
+        grad_x = _Rope.apply(grad_out, cos, sin, layout, seq_axis, not inverse)
+        return grad_x, None, None, None, None, None
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, seq_axis: int) -> Tensor:
@@ -318,7 +319,7 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, seq_axis: int) -> T
                     "use backend='torch'"
                 )
     cos, sin = cos.contiguous(), sin.contiguous()
-    return _Rope.apply(x, cos, sin, layout, seq_axis)
+    return _Rope.apply(x, cos, sin, layout, seq_axis, False)
 
 
 # ---- FlashAttention forward ----------------------------------------------------------
@@ -661,13 +662,31 @@ def _flash_forward(q, k, v, is_causal, scale, block_m, block_n):
     return out, lse
 
 
-def _flash_backward(q, k, v, out, lse, grad_out, is_causal, scale, block_m, block_n):
+def _flash_backward(
+    q,
+    k,
+    v,
+    out,
+    lse,
+    grad_out,
+    is_causal,
+    scale,
+    block_m,
+    block_n,
+    need_dq=True,
+    need_dkdv=True,
+):
+    """dQ, dK, dV; a pass that is not needed (its inputs need no gradient) is skipped and
+    gives ``None``."""
     b, h, q_len, d = q.shape
     k_len = k.shape[2]
-    dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.zeros(k.shape, dtype=k.dtype, device=k.device)
-    dv = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
-    if q_len == 0 or k_len == 0 or b * h == 0:
+    dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if need_dq else None
+    dk, dv = (
+        (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (k, v))
+        if need_dkdv
+        else (None, None)
+    )
+    if q_len == 0 or k_len == 0 or b * h == 0 or not (need_dq or need_dkdv):
         return dq, dk, dv  # no weight anywhere: nothing flows back
     flags = _flash_flags(q)
     delta = torch.empty((b, h, q_len), dtype=torch.float32, device=q.device)
@@ -691,12 +710,14 @@ def _flash_backward(q, k, v, out, lse, grad_out, is_causal, scale, block_m, bloc
         "CAUSAL": is_causal,
         **flags,
     }
-    _FLASH_BWD_DKDV[(triton.cdiv(k_len, block_n), b * h)](
-        q, k, v, grad_out, lse, delta, dk, dv, scale, q_len, k_len, **common
-    )
-    _FLASH_BWD_DQ[(triton.cdiv(q_len, block_m), b * h)](
-        q, k, v, grad_out, lse, delta, dq, scale, q_len, k_len, **common
-    )
+    if need_dkdv:
+        _FLASH_BWD_DKDV[(triton.cdiv(k_len, block_n), b * h)](
+            q, k, v, grad_out, lse, delta, dk, dv, scale, q_len, k_len, **common
+        )
+    if need_dq:
+        _FLASH_BWD_DQ[(triton.cdiv(q_len, block_m), b * h)](
+            q, k, v, grad_out, lse, delta, dq, scale, q_len, k_len, **common
+        )
     return dq, dk, dv
 
 
@@ -704,7 +725,9 @@ class _FlashAttention(torch.autograd.Function):
     """The FlashAttention forward, and the FlashAttention-2 backward as its gradient.
 
     Saved for the backward: the inputs, the output and the log-sum-exp (one float per
-    query row), never the :math:`L \\times S` weights."""
+    query row), never the :math:`L \\times S` weights. Differentiable once: a second
+    derivative (the gradient of a gradient taken with ``create_graph=True``) raises a
+    ``RuntimeError``, since the backward kernels record no graph."""
 
     @staticmethod
     def forward(ctx, q, k, v, is_causal, scale, block_m, block_n):  # type: ignore[override]
@@ -717,8 +740,31 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _flash_backward(q, k, v, out, lse, grad_out, *ctx.args)
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        # a Function of its own: under create_graph=True it is recorded, connected to
+        # q, k, v and dO, and differentiating through it raises instead of silently
+        # counting the gradients' own derivative as zero
+        dq, dk, dv = _FlashAttentionGrad.apply(
+            q, k, v, out, lse, grad_out, ctx.args, (need_q, need_k or need_v)
+        )
         return dq, dk, dv, None, None, None, None
+
+
+class _FlashAttentionGrad(torch.autograd.Function):
+    """The backward kernels as a node of the graph, whose own gradient raises."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, out, lse, grad_out, args, need):  # type: ignore[override]
+        return _flash_backward(q, k, v, out, lse, grad_out, *args, *need)
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        raise RuntimeError(
+            "flash_attention (backend='triton') is differentiable once: its backward "
+            "kernels have no gradient of their own, so a gradient taken with "
+            "create_graph=True cannot be differentiated again; use backend='torch' "
+            "for second derivatives"
+        )
 
 
 def flash_attention(
@@ -751,7 +797,10 @@ def flash_attention(
     tile by tile to accumulate :math:`dV = P^\top dO` and :math:`dK = \mathrm{scale}\,
     dS^\top Q` with :math:`dS = P \circ (dP - \Delta)`, :math:`dP = dO\,V^\top`; a third
     keeps a block of queries and streams the keys for :math:`dQ = \mathrm{scale}\,dS\,K`.
-    Causal masking skips the tiles above the diagonal in all three.
+    Causal masking skips the tiles above the diagonal in all three; a pass whose inputs
+    need no gradient is skipped. Differentiable once: differentiating the gradients again
+    (``create_graph=True``) raises a ``RuntimeError`` instead of counting their
+    derivative as zero.
 
     Args:
         query: queries, float16, bfloat16 or float32.

@@ -520,6 +520,92 @@ def test_rope_backward_is_the_inverse_rotation(layout: str) -> None:
             torch.testing.assert_close(back, x.detach(), atol=1e-13, rtol=1e-13)
 
 
+def _loss_terms():
+    """Losses whose gradient dO is not a plain contiguous tensor: the gradient of a sum is
+    an expanded tensor of stride 0, of a product with a transposed output a transposed one,
+    of a slice a tensor with zeros between the rows."""
+    weight = torch.linspace(-1.0, 1.0, 20, device=DEVICE)
+    return {
+        "sum (dO expanded, strides 0)": lambda o: o.sum(),
+        "transposed": lambda o: (o.transpose(-1, -2) * weight).square().sum(),
+        "sliced": lambda o: o[:, :, ::3].sum(),
+    }
+
+
+@pytest.mark.parametrize("term", list(_loss_terms()))
+def test_flash_attention_backward_for_any_layout_of_the_output_gradient(term) -> None:
+    gen = torch.Generator().manual_seed(13)
+    q = torch.randn(2, 2, 20, 16, generator=gen).to(DEVICE).requires_grad_()
+    k, v = (
+        torch.randn(2, 2, 28, 16, generator=gen).to(DEVICE).requires_grad_()
+        for _ in "kv"
+    )
+    loss = _loss_terms()[term]
+    out, _ = kernels.flash_attention(q, k, v, is_causal=True, block_m=16, block_n=16)
+    got = torch.autograd.grad(loss(out), (q, k, v))
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out64 = F.scaled_dot_product_attention(q64, k64, v64, is_causal=True)
+    want = torch.autograd.grad(loss(out64.float()), (q64, k64, v64))
+    for name, g, w in zip("qkv", got, want, strict=True):
+        err = (g.double() - w).abs().max().item()
+        assert err < 2e-5, (term, name, err)
+
+
+def test_flash_attention_gradients_of_some_inputs_and_of_empty_ones() -> None:
+    """Only the inputs that need a gradient get one (the pass for the others is skipped),
+    and with no query or no key nothing flows back: zeros, as through SDPA."""
+    gen = torch.Generator().manual_seed(14)
+    q, k, v = (torch.randn(1, 2, 18, 16, generator=gen).to(DEVICE) for _ in "qkv")
+    for wanted in ("q", "v", "kv"):
+        ins = {
+            n: t.clone().requires_grad_(n in wanted)
+            for n, t in zip("qkv", (q, k, v), strict=True)
+        }
+        out, _ = kernels.flash_attention(*ins.values(), is_causal=True, block_m=16)
+        got = torch.autograd.grad(out.square().sum(), [ins[n] for n in wanted])
+        ref = F.scaled_dot_product_attention(*ins.values(), is_causal=True)
+        want = torch.autograd.grad(ref.square().sum(), [ins[n] for n in wanted])
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, atol=2e-5, rtol=1e-5)
+    for q_len, k_len in ((0, 5), (5, 0)):
+        ins = [
+            torch.randn(1, 1, n, 16, device=DEVICE).requires_grad_()
+            for n in (q_len, k_len, k_len)
+        ]
+        out, _ = kernels.flash_attention(*ins)
+        got = torch.autograd.grad(out.sum(), ins)
+        want = torch.autograd.grad(F.scaled_dot_product_attention(*ins).sum(), ins)
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and not g.any() and not w.any()
+
+
+def test_second_derivatives() -> None:
+    """RoPE is linear: its gradient is a RoPE too, so a gradient of a gradient is right
+    (against the torch path). The FlashAttention backward kernels have no gradient of their
+    own: differentiating through them raises, also when the loss mixes the gradient
+    with the output (where a graph cut would silently count that part as zero)."""
+    from companion.attention import scaled_dot_product_attention
+
+    gen = torch.Generator().manual_seed(15)
+    cos, sin = rope_cos_sin(torch.arange(7), rope_frequencies(16), device=DEVICE)
+    x = torch.randn(2, 7, 16, generator=gen).to(DEVICE).requires_grad_()
+    second = {}
+    for backend in ("torch", "triton"):
+        out = apply_rope(x, cos, sin, backend=backend)
+        (g,) = torch.autograd.grad(out.pow(3).sum(), x, create_graph=True)
+        (second[backend],) = torch.autograd.grad(g.square().sum() + out.sum(), x)
+    torch.testing.assert_close(second["triton"], second["torch"], atol=1e-4, rtol=1e-5)
+    q, k, v = (
+        torch.randn(1, 1, 8, 16, generator=gen).to(DEVICE).requires_grad_()
+        for _ in "qkv"
+    )
+    out = scaled_dot_product_attention(q, k, v, backend="triton")
+    (gq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    for penalty in (gq.square().sum(), gq.square().sum() + out.sum()):
+        with pytest.raises(RuntimeError, match="differentiable once"):
+            torch.autograd.grad(penalty, q, retain_graph=True)
+
+
 def test_a_tiny_model_trains_with_the_triton_backends() -> None:
     """The capstone's TinyTransformer (RoPE) trained five AdamW steps with RoPE and
     attention from the kernels: the same losses as the torch paths, step by step."""
