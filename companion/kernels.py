@@ -21,7 +21,9 @@ generate its GPU kernels. Each has the same arguments and the same contract as i
 Both accept any memory layout (a transposed ``x.view(B, L, H, D).transpose(1, 2)``, a
 slice, an expanded tensor): the kernels read through the input's strides and write a new
 contiguous result. Both are ``torch.autograd.Function``\ s: ``backward()`` runs the
-backward kernels. Float32 inputs are multiplied in full float32 (``tl.dot`` with
+backward kernels (RoPE's gradient is a RoPE, so derivatives of every order are right; the
+attention backward is differentiable once, and a second derivative through it raises).
+Float32 inputs are multiplied in full float32 (``tl.dot`` with
 ``input_precision="ieee"``; Triton's default on NVIDIA GPUs since Ampere is TF32, 10
 fraction bits).
 
