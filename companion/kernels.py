@@ -530,8 +530,10 @@ def _flash_bwd_dkdv_kernel(
         keep = n_ok[:, None] & m_ok[None, :]
         if CAUSAL:
             keep = keep & (offs_n[:, None] <= offs_m[None, :])
-        pt = tl.math.exp2(st * (scale * 1.4426950408889634) - lse[None, :])
-        pt = tl.where(keep, pt, 0.0)
+        # masked scores to -inf before the exponential: a masked score far above the
+        # row's log-sum-exp would overflow to inf (harmless once masked, but a warning)
+        st = tl.where(keep, st * (scale * 1.4426950408889634), float("-inf"))
+        pt = tl.math.exp2(st - lse[None, :])  # lse is finite: a row sees key 0
         # dV += P^T dO; dP^T = V dO^T; dS = P * (dP - D); dK += scale dS^T Q
         dv += _mm(pt, do, F32)
         dpt = _mm(v, tl.trans(do), F32)
@@ -606,8 +608,8 @@ def _flash_bwd_dq_kernel(
         keep = m_ok[:, None] & n_ok[None, :]
         if CAUSAL:
             keep = keep & (offs_n[None, :] <= offs_m[:, None])
-        p = tl.math.exp2(s * (scale * 1.4426950408889634) - lse[:, None])
-        p = tl.where(keep, p, 0.0)
+        s = tl.where(keep, s * (scale * 1.4426950408889634), float("-inf"))
+        p = tl.math.exp2(s - lse[:, None])  # masked: exactly 0, never inf
         ds = p * (dp - delta[:, None])  # (BM, BN)
         dq += _mm(ds, k, F32)
     dq = dq * scale

@@ -579,6 +579,27 @@ def test_flash_attention_gradients_of_some_inputs_and_of_empty_ones() -> None:
             assert g.shape == w.shape and not g.any() and not w.any()
 
 
+@pytest.mark.filterwarnings("error")
+def test_flash_attention_backward_with_large_logits() -> None:
+    """Scores of a few hundred (scale 30): a masked score far above its row's log-sum-exp
+    must give a weight of 0 without an overflow on the way (the interpreter's NumPy warns
+    on one) and the gradients stay right."""
+    gen = torch.Generator().manual_seed(16)
+    q, k, v = (
+        torch.randn(1, 1, 33, 16, generator=gen).to(DEVICE).requires_grad_()
+        for _ in "qkv"
+    )
+    out, _ = kernels.flash_attention(
+        q, k, v, is_causal=True, scale=30.0, block_m=16, block_n=16
+    )
+    grad_out = torch.randn(out.shape, generator=gen).to(DEVICE)
+    got = torch.autograd.grad(out, (q, k, v), grad_out)
+    want = _sdpa_grads(q, k, v, grad_out, True, scale=30.0)
+    for name, g, w in zip("qkv", got, want, strict=True):
+        err = ((g.double() - w).abs().max() / w.abs().max()).item()
+        assert err < 1e-4, (name, err)
+
+
 def test_second_derivatives() -> None:
     """RoPE is linear: its gradient is a RoPE too, so a gradient of a gradient is right
     (against the torch path). The FlashAttention backward kernels have no gradient of their
