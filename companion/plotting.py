@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from companion import _colors, _validate
 from companion._colors import TAB10 as _TAB10
@@ -43,6 +45,7 @@ __all__ = [
     "named_series",
     "padded_batch_diagram",
     "ratio_bars",
+    "readable",
     "scheme_color",
     "to_numpy",
     "training_curves",
@@ -780,3 +783,51 @@ def ratio_bars(
     ax.set_xlim(0, values.max() * 1.2)
     ax.set(title=title, xlabel=xlabel)
     return ax
+
+
+# ---- Readable on a phone -------------------------------------------------------------
+
+#: Width in CSS pixels at which the book's column shows a figure on a 390 px phone screen.
+PHONE_COLUMN_PX = 358.0
+#: The smallest text, in CSS pixels, a figure may show at that width.
+MIN_TEXT_PX = 9.0
+
+
+def readable(
+    fig: Figure, *, min_px: float = MIN_TEXT_PX, column_px: float = PHONE_COLUMN_PX
+) -> Figure:
+    r"""Enlarge every text of ``fig`` that would read smaller than ``min_px`` on a phone.
+
+    The book's figures are SVG, drawn ``w`` inches wide (``w * 72`` pt) and scaled to the
+    column, ``column_px`` CSS pixels wide on a phone. A text of ``f`` pt then shows at
+    :math:`f \cdot \text{column\_px} / (72 w)` CSS px, so every text (tick labels, axis
+    labels, titles, legends, annotations) is raised to at least
+    :math:`\text{min\_px} \cdot 72 w / \text{column\_px}` pt; larger texts are left as
+    they are. A 7-inch figure needs 12.7 pt, a 5-inch one 9.1 pt: narrow figures keep
+    their proportions best. Call it once the figure is drawn. Only ``fig`` changes; no
+    global setting does.
+
+    Args:
+        fig: the figure, fully drawn.
+        min_px: the smallest text, in CSS pixels at ``column_px``.
+        column_px: the width the figure is shown at, in CSS pixels.
+
+    Returns:
+        ``fig``.
+    """
+    _validate.instance("fig", fig, Figure, "a matplotlib Figure")
+    min_px = _validate.positive_real("min_px", min_px)
+    column_px = _validate.positive_real("column_px", column_px)
+    floor = min_px * 72.0 * fig.get_figwidth() / column_px
+    fig.draw_without_rendering()  # tick labels exist only once drawn
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            # through the axis, so that ticks made at a later draw keep the size
+            for which in ("major", "minor"):
+                sizes = [t.get_fontsize() for t in axis.get_ticklabels(which=which)]
+                if sizes and min(sizes) < floor:
+                    axis.set_tick_params(which=which, labelsize=floor)
+    for text in fig.findobj(Text):
+        if text.get_text() and text.get_fontsize() < floor:
+            text.set_fontsize(floor)
+    return fig

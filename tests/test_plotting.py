@@ -30,6 +30,18 @@ Y = {"a": X * 2.0}
 # (public name, thunk, exception, regex the message must match)
 BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
     (
+        "readable",
+        lambda: plotting.readable(_ax()),
+        TypeError,
+        r"^fig must be a matplotlib Figure, got ",
+    ),
+    (
+        "readable",
+        lambda: plotting.readable(Figure(), min_px=0.0),
+        ValueError,
+        r"min_px",
+    ),
+    (
         "padded_batch_diagram",
         lambda: plotting.padded_batch_diagram(_ax(), [["a"]], dim=10**9),
         ValueError,
@@ -581,3 +593,28 @@ def test_ratio_bars_draws_one_bar_per_ratio_top_to_bottom() -> None:
     ticks = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
     assert ticks["torch"] > ticks["companion"], "the first ratio is the top bar"
     assert to_hex(ax.patches[0].get_facecolor()) == plotting.SCHEME_COLORS["torch"]
+
+
+def test_readable_raises_small_text_to_the_phone_floor_and_leaves_large_text() -> None:
+    fig = Figure(figsize=(7.0, 3.0))
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.set_xlabel("x", fontsize=8)
+    ax.set_title("big", fontsize=20)
+    ax.legend(fontsize=6)
+    ax.annotate("note", (0.5, 0.5), fontsize=5)
+    assert plotting.readable(fig) is fig
+    fig.draw_without_rendering()  # ticks made at a later draw keep the floor too
+    floor = 9.0 * 72 * 7.0 / 358.0  # pt: 9 CSS px on a 358 px column, 7-inch figure
+    texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_text()]
+    assert len(texts) >= 5
+    # shown size of every text, computed independently from the SVG's scale
+    shown = [t.get_fontsize() * 358.0 / (7.0 * 72) for t in texts]
+    assert min(shown) == pytest.approx(9.0)
+    assert ax.title.get_fontsize() == 20
+    assert ax.xaxis.label.get_fontsize() == pytest.approx(floor)
+    # a narrower figure needs a smaller floor
+    narrow = Figure(figsize=(5.0, 3.0))
+    label = narrow.add_subplot().set_xlabel("x", fontsize=6)
+    plotting.readable(narrow)
+    assert label.get_fontsize() == pytest.approx(9.0 * 72 * 5.0 / 358.0)
