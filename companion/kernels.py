@@ -58,6 +58,7 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 try:
     import triton
     import triton.language as tl
+    from triton.runtime.errors import OutOfResources
 except ImportError as exc:  # pragma: no cover - exercised only without Triton
     raise ImportError(
         "companion.kernels needs Triton: pip install triton (or, from the repository, "
@@ -633,6 +634,31 @@ def _flash_flags(query: Tensor) -> dict:
     }
 
 
+def _launch(kernel, grid, args, block_m, block_n=None, **constexprs) -> None:
+    """``kernel[grid(block_m, block_n)](*args, BLOCK_M=..., BLOCK_N=..., **constexprs)``.
+
+    A compiled kernel that needs more on-chip memory than the GPU has (Triton's
+    ``OutOfResources``: e.g. float32 heads of 128 or 256 with 64 x 64 blocks, whose tiles
+    are four bytes a number and are kept in several pipeline stages) is launched again
+    with the larger block halved, down to 16. The result does not depend on the blocks.
+    Under the interpreter nothing runs out.
+    """
+    while True:
+        blocks = {"BLOCK_M": block_m}
+        if block_n is not None:
+            blocks["BLOCK_N"] = block_n
+        try:
+            kernel[grid(block_m, block_n)](*args, **blocks, **constexprs)
+            return
+        except OutOfResources:
+            if max(block_m, block_n or 0) <= 16:
+                raise
+            if block_n is not None and block_n >= block_m:
+                block_n //= 2
+            else:
+                block_m //= 2
+
+
 def _flash_forward(q, k, v, is_causal, scale, block_m, block_n):
     b, h, q_len, _ = q.shape
     k_len = k.shape[2]
@@ -640,26 +666,15 @@ def _flash_forward(q, k, v, is_causal, scale, block_m, block_n):
     lse = torch.empty((b, h, q_len), dtype=torch.float32, device=q.device)
     if q_len == 0 or b * h == 0:
         return out, lse
-    if (
-        k_len == 0
-    ):  # no key to attend to: zeros, as a fully masked row (SDPA's math path)
+    if k_len == 0:  # no key to attend to: zeros, as a fully masked row (SDPA's math)
         return out.zero_(), lse.fill_(float("-inf"))
-    grid = (triton.cdiv(q_len, block_m), b * h)
-    _FLASH[grid](
-        q,
-        k,
-        v,
-        out,
-        lse,
-        *q.stride(),
-        *k.stride(),
-        *v.stride(),
-        h,
-        scale * LOG2E,  # the kernel uses exp2
-        q_len,
-        k_len,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
+    args = (q, k, v, out, lse, *q.stride(), *k.stride(), *v.stride(), h)
+    _launch(
+        _FLASH,
+        lambda bm, bn: (triton.cdiv(q_len, bm), b * h),
+        (*args, scale * LOG2E, q_len, k_len),  # the kernel uses exp2
+        block_m,
+        block_n,
         CAUSAL=is_causal,
         **_flash_flags(q),
     )
@@ -694,33 +709,36 @@ def _flash_backward(
         return dq, dk, dv  # no weight anywhere: nothing flows back
     flags = _flash_flags(q)
     delta = torch.empty((b, h, q_len), dtype=torch.float32, device=q.device)
-    _FLASH_BWD_PRE[(triton.cdiv(q_len, block_m), b * h)](
-        out,
-        grad_out,
-        delta,
-        *grad_out.stride(),
-        h,
-        q_len,
+    _launch(
+        _FLASH_BWD_PRE,
+        lambda bm, _: (triton.cdiv(q_len, bm), b * h),
+        (out, grad_out, delta, *grad_out.stride(), h, q_len),
+        block_m,
         HEAD_DIM=d,
         BLOCK_D=flags["BLOCK_D"],
-        BLOCK_M=block_m,
     )
     # the inner loops read q, k, v and dO many times: contiguous copies (no-ops when
     # they already are) keep those reads simple
     q, k, v, grad_out = (t.contiguous() for t in (q, k, v, grad_out))
-    common = {
-        "BLOCK_M": block_m,
-        "BLOCK_N": block_n,
-        "CAUSAL": is_causal,
-        **flags,
-    }
     if need_dkdv:
-        _FLASH_BWD_DKDV[(triton.cdiv(k_len, block_n), b * h)](
-            q, k, v, grad_out, lse, delta, dk, dv, scale, q_len, k_len, **common
+        _launch(
+            _FLASH_BWD_DKDV,
+            lambda bm, bn: (triton.cdiv(k_len, bn), b * h),
+            (q, k, v, grad_out, lse, delta, dk, dv, scale, q_len, k_len),
+            block_m,
+            block_n,
+            CAUSAL=is_causal,
+            **flags,
         )
     if need_dq:
-        _FLASH_BWD_DQ[(triton.cdiv(q_len, block_m), b * h)](
-            q, k, v, grad_out, lse, delta, dq, scale, q_len, k_len, **common
+        _launch(
+            _FLASH_BWD_DQ,
+            lambda bm, bn: (triton.cdiv(q_len, bm), b * h),
+            (q, k, v, grad_out, lse, delta, dq, scale, q_len, k_len),
+            block_m,
+            block_n,
+            CAUSAL=is_causal,
+            **flags,
         )
     return dq, dk, dv
 
@@ -813,7 +831,9 @@ def flash_attention(
         is_causal: the top-left causal mask ``j <= i`` (as SDPA's ``is_causal``).
         scale: factor on the scores; ``None`` means :math:`1/\sqrt{D}`.
         block_m: queries per program (a power of two >= 16).
-        block_n: keys per inner step (a power of two >= 16).
+        block_n: keys per inner step (a power of two >= 16). On a GPU whose on-chip
+            memory cannot hold the blocks (Triton's ``OutOfResources``), the larger of
+            the two is halved until it fits, down to 16; the result is the same.
 
     Returns:
         ``(output, lse)``: output ``(B, H, L, D)`` in ``query``'s dtype, contiguous, and

@@ -579,6 +579,51 @@ def test_flash_attention_gradients_of_some_inputs_and_of_empty_ones() -> None:
             assert g.shape == w.shape and not g.any() and not w.any()
 
 
+def test_blocks_are_halved_when_the_gpu_runs_out_of_on_chip_memory(monkeypatch) -> None:
+    """A GPU that cannot hold the blocks (OutOfResources, raised by Triton when a kernel
+    is first launched) gets every kernel again with the larger block halved, down to 16,
+    and the same values and gradients; past 16 the error reaches the caller. Simulated:
+    each kernel refuses blocks above a limit."""
+    from triton.runtime.errors import OutOfResources
+
+    tried = []
+
+    class Refusing:
+        def __init__(self, kernel, limit):
+            self.kernel, self.limit = kernel, limit
+
+        def __getitem__(self, grid):
+            def launch(*args, **meta):
+                blocks = (meta["BLOCK_M"], meta.get("BLOCK_N", 16))
+                tried.append(blocks)
+                if max(blocks) > self.limit:
+                    raise OutOfResources(2**18, 2**17, "shared memory")
+                return self.kernel[grid](*args, **meta)
+
+            return launch
+
+    gen = torch.Generator().manual_seed(17)
+    q, k, v = (
+        torch.randn(1, 2, 40, 16, generator=gen).to(DEVICE).requires_grad_()
+        for _ in "qkv"
+    )
+    out, _ = kernels.flash_attention(q, k, v, is_causal=True)
+    want = torch.autograd.grad(out.square().sum(), (q, k, v))
+    names = ("_FLASH", "_FLASH_BWD_PRE", "_FLASH_BWD_DKDV", "_FLASH_BWD_DQ")
+    for name in names:
+        monkeypatch.setattr(kernels, name, Refusing(getattr(kernels, name), 16))
+    out_16, _ = kernels.flash_attention(q, k, v, is_causal=True)
+    got = torch.autograd.grad(out_16.square().sum(), (q, k, v))
+    torch.testing.assert_close(out_16, out, atol=1e-6, rtol=0)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=0)
+    assert (64, 64) in tried and (16, 16) in tried and (64, 32) in tried
+    for name in names:
+        monkeypatch.setattr(kernels, name, Refusing(getattr(kernels, name).kernel, 8))
+    with pytest.raises(OutOfResources):
+        kernels.flash_attention(q, k, v)
+
+
 @pytest.mark.filterwarnings("error")
 def test_flash_attention_backward_with_large_logits() -> None:
     """Scores of a few hundred (scale 30): a masked score far above its row's log-sum-exp
