@@ -10,7 +10,8 @@ position :math:`\text{pos}` and pair index :math:`i = 0, \ldots, D/2 - 1`,
     \mathrm{PE}(\text{pos}, 2i+1) = \cos(\text{pos}\,\omega_i).
 
 This is the layout of the paper, of the Annotated Transformer and of ``transformers``'
-``create_sinusoidal_embeddings`` (used by DistilBERT). Hugging Face's
+``create_sinusoidal_embeddings`` (used by DistilBERT when its config sets
+``sinusoidal_pos_embds=True``; by default DistilBERT learns its table). Hugging Face's
 ``MarianSinusoidalPositionalEmbedding`` keeps these frequencies in the *halves* layout
 (all sines, then all cosines): a fixed permutation of the columns. tensor2tensor's
 ``get_timing_signal_1d`` and fairseq's ``SinusoidalPositionalEmbedding`` (ported to
@@ -20,8 +21,11 @@ permutation: they concatenate sines and cosines *and* use the frequencies
 chapter measures how far apart the tables are.
 
 Angles are computed in float64 and cast at the end, so the values are accurate to the
-output dtype's rounding for positions up to at least :math:`10^6` (a float32 angle
-``pos * omega`` is off by up to ``pos * 6e-8`` radians, 0.06 at a million).
+output dtype's rounding for positions up to at least :math:`10^6`. A float32 angle
+``pos * omega_i`` carries a relative error of about ``2**-23`` (more with the ``exp``
+recipe of the frequencies), i.e. ``pos * omega_i * 2**-23`` radians: up to
+``1.1e-7 * pos`` when ``omega_1`` is close to 1, 0.06 rad near a million at ``D = 128``
+(chapter ``ch-rope`` measures it).
 
 Derivations (the shift theorem, the dot product as a function of the offset) are in the
 chapter; the functions here only implement them.

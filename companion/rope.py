@@ -111,8 +111,11 @@ def rope_cos_sin(
 
     The angles :math:`m\theta_i` are formed in float64 and only cos and sin are cast to
     ``dtype``: every entry is within the rounding of ``dtype`` of the exact value, also
-    at positions near :math:`2^{20}`, where a float32 angle is off by up to a few
-    hundredths of a radian (half a float32 step of the angle).
+    at positions near :math:`2^{20}`. An angle formed in float32 instead carries a
+    *relative* error of about :math:`2^{-23}`, i.e. :math:`m\theta_i 2^{-23}` radians:
+    the chapter measures up to 3.9 half steps of the float32 grid at the angle and
+    :math:`1.1 \times 10^{-7} m` radians at ``D = 4096`` (0.06 rad for pair 1 of
+    ``D = 128`` just below :math:`2^{20}`).
 
     Args:
         positions: position ids ``m``, an integer or floating-point tensor (empty: an
