@@ -329,6 +329,12 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, seq_axis: int) -> T
 
 
 @triton.jit
+def _batch_head():
+    # the program's (batch, head) as one int64 index b H + h, from a grid (blocks, H, B)
+    return tl.program_id(2).to(tl.int64) * tl.num_programs(1) + tl.program_id(1)
+
+
+@triton.jit
 def _mm(a, b, F32: tl.constexpr):
     # a @ b on chip, summed in float32. Float32 operands: IEEE float32 products, where
     # tl.dot's default on NVIDIA GPUs since Ampere is TF32 (10 fraction bits, errors
@@ -369,9 +375,10 @@ def _flash_kernel(
     CAUSAL: tl.constexpr,
     F32: tl.constexpr,  # products of float32 operands (float32 input; the interpreter)
 ):
-    # one program: BLOCK_M queries of one (batch, head); grid (L / BLOCK_M, B * H)
+    # one program: BLOCK_M queries of one (batch, head); grid (L / BLOCK_M, H, B): a
+    # grid's second and third axes hold at most 65535 programs each on a GPU
     start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1).to(tl.int64)  # which (batch, head); int64 addresses
+    bh = _batch_head()  # which (batch, head), b H + h; int64 addresses
     b, h = bh // num_heads, bh % num_heads
     q_ptr += b * sqb + h * sqh
     k_ptr += b * skb + h * skh
@@ -447,7 +454,7 @@ def _flash_bwd_preprocess(
     BLOCK_M: tl.constexpr,
 ):
     # D_i = sum_d dO_id O_id = sum_j P_ij dP_ij: one number per query row
-    bh = tl.program_id(1).to(tl.int64)
+    bh = _batch_head()
     b, h = bh // num_heads, bh % num_heads
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -488,9 +495,9 @@ def _flash_bwd_dkdv_kernel(
     F32: tl.constexpr,
 ):
     # one program: BLOCK_N keys (and values) of one (batch, head), kept on chip while
-    # every block of queries streams past; grid (S / BLOCK_N, B * H)
+    # every block of queries streams past; grid (S / BLOCK_N, H, B)
     start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1).to(tl.int64)
+    bh = _batch_head()
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
@@ -566,9 +573,9 @@ def _flash_bwd_dq_kernel(
     F32: tl.constexpr,
 ):
     # one program: BLOCK_M queries (and their dO) on chip, the key blocks streaming past
-    # as in the forward; grid (L / BLOCK_M, B * H)
+    # as in the forward; grid (L / BLOCK_M, H, B)
     start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1).to(tl.int64)
+    bh = _batch_head()
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
@@ -671,7 +678,7 @@ def _flash_forward(q, k, v, is_causal, scale, block_m, block_n):
     args = (q, k, v, out, lse, *q.stride(), *k.stride(), *v.stride(), h)
     _launch(
         _FLASH,
-        lambda bm, bn: (triton.cdiv(q_len, bm), b * h),
+        lambda bm, bn: (triton.cdiv(q_len, bm), h, b),
         (*args, scale * LOG2E, q_len, k_len),  # the kernel uses exp2
         block_m,
         block_n,
@@ -711,7 +718,7 @@ def _flash_backward(
     delta = torch.empty((b, h, q_len), dtype=torch.float32, device=q.device)
     _launch(
         _FLASH_BWD_PRE,
-        lambda bm, _: (triton.cdiv(q_len, bm), b * h),
+        lambda bm, _: (triton.cdiv(q_len, bm), h, b),
         (out, grad_out, delta, *grad_out.stride(), h, q_len),
         block_m,
         HEAD_DIM=d,
@@ -723,7 +730,7 @@ def _flash_backward(
     if need_dkdv:
         _launch(
             _FLASH_BWD_DKDV,
-            lambda bm, bn: (triton.cdiv(k_len, bn), b * h),
+            lambda bm, bn: (triton.cdiv(k_len, bn), h, b),
             (q, k, v, grad_out, lse, delta, dk, dv, scale, q_len, k_len),
             block_m,
             block_n,
@@ -733,7 +740,7 @@ def _flash_backward(
     if need_dq:
         _launch(
             _FLASH_BWD_DQ,
-            lambda bm, bn: (triton.cdiv(q_len, bm), b * h),
+            lambda bm, bn: (triton.cdiv(q_len, bm), h, b),
             (q, k, v, grad_out, lse, delta, dq, scale, q_len, k_len),
             block_m,
             block_n,
