@@ -380,12 +380,14 @@ def test_later_pre_ln_blocks_change_the_residual_stream_less(seed: int) -> None:
 
 def test_without_warmup_pre_ln_trains_and_post_ln_stalls_in_every_seed() -> None:
     """Chapter 06's experiment, same sizes and seeds: four layers, RoPE, lr 3e-2, 150
-    steps. Pre-LN trains in every seed, Post-LN stalls near ln 16 in every seed, and a
-    30-step warm-up rescues Post-LN in most seeds (2 of 3 here), not necessarily all."""
+    steps. Pre-LN trains in every seed; Post-LN stays at the loss of a uniform guess
+    (ln 16) in every seed; with a 30-step warm-up every Post-LN seed trains at first
+    (loss below 0.01), and each then ends either trained or diverged above ln 16 + 0.5
+    (2 and 1 here): a warm-up rescues most seeds, not necessarily all."""
     import companion
     from companion import model
 
-    def final_losses(placement: str, warmup: int) -> torch.Tensor:
+    def losses(placement: str, warmup: int) -> list[list[float]]:
         nets = []
         for seed in (0, 1, 2):
             companion.seed_everything(seed)
@@ -398,8 +400,17 @@ def test_without_warmup_pre_ln_trains_and_post_ln_stalls_in_every_seed() -> None
             nets, seeds=(0, 1, 2), steps=150, batch_size=32, length=16, lag=2,
             lr=3e-2, warmup_steps=warmup,
         )  # fmt: skip
-        return torch.tensor([sum(r.losses[-10:]) / 10 for r in runs])
+        return [r.losses for r in runs]
 
-    assert (final_losses("pre", 0) < 0.1).all()
-    assert (final_losses("post", 0) > 2.0).all()
-    assert (final_losses("post", 30) < 0.1).sum() >= 2
+    def final(curves: list[list[float]]) -> torch.Tensor:
+        return torch.tensor([sum(c[-10:]) / 10 for c in curves])
+
+    chance = math.log(16)
+    assert (final(losses("pre", 0)) < 0.1).all()
+    post = losses("post", 0)
+    assert ((final(post) - chance).abs() < 0.15).all()
+    assert min(min(c) for c in post) > 2.3  # never far below a uniform guess
+    warm = losses("post", 30)
+    assert max(min(c) for c in warm) < 0.01
+    trained, diverged = (final(warm) < 0.1).sum(), (final(warm) > chance + 0.5).sum()
+    assert trained >= 2 and trained + diverged == 3
