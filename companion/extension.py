@@ -3,8 +3,9 @@ r"""Beyond the training length: ALiBi and RoPE scaling (chapter :ref:`ch-extensi
 Two families of answers to "what happens past the length the model was trained on":
 
 * **ALiBi** (Press et al., 2022) adds no position embedding at all. Each head ``h`` adds
-  a linear penalty :math:`-m_h (i - j)` to the score of query ``i`` and key ``j``;
-  :func:`alibi_slopes` gives the head slopes :math:`m_h` and :func:`alibi_bias` the bias
+  a linear penalty :math:`-a_h (m - n)` to the score of the query at position :math:`m`
+  and the key at :math:`n` (Press et al. call the slope :math:`m`);
+  :func:`alibi_slopes` gives the head slopes :math:`a_h` and :func:`alibi_bias` the bias
   tensor, ready for the ``attn_mask`` of
   :func:`torch.nn.functional.scaled_dot_product_attention`.
 * **RoPE scaling** changes the inverse frequencies :math:`\theta_i = b^{-2i/D}` of
@@ -221,22 +222,25 @@ def yarn_correction_range(
 ) -> tuple[float, float]:
     r"""The pair indices where the YaRN ramp starts and ends.
 
-    Pair :math:`i` turns :math:`L_0 / \lambda_i` times over the training length
-    :math:`L_0`. The index where it turns :math:`\beta` times solves
-    :math:`\lambda_i = L_0 / \beta`:
+    Pair :math:`i` turns :math:`r_i = L_0 / \lambda_i` times over the training length
+    :math:`L_0`. The index where a pair turns :math:`r` times solves
+    :math:`\lambda_i = L_0 / r`:
 
-    .. math:: i(\beta) = \frac{D \ln\!\big(L_0 / (2\pi\beta)\big)}{2 \ln b}.
+    .. math:: i(r) = \frac{D \ln\!\big(L_0 / (2\pi r)\big)}{2 \ln b}.
 
     ``low = i(beta_fast)`` and ``high = i(beta_slow)``, floored and ceiled when
-    ``truncate``, clipped to ``[0, D - 1]`` (HF transformers' clipping; only ``D/2``
-    pairs exist, which is harmless since the ramp is clamped).
+    ``truncate``, clipped to ``[0, D - 1]`` (the YaRN authors' code's clipping, kept by HF
+    transformers; only ``D/2`` pairs exist, which is harmless since the ramp is
+    clamped).
 
     Args:
         head_dim: the rotated dimension ``D``, even.
         base: the RoPE base :math:`b`.
         original_max_position_embeddings: the training length :math:`L_0`.
-        beta_fast: rotations above which a pair is left untouched (default 32).
-        beta_slow: rotations below which a pair is fully interpolated (default 1).
+        beta_fast: rotations above which a pair is left untouched (default 32; the
+            paper's :math:`\beta`, the chapter's :math:`r_\text{fast}`).
+        beta_slow: rotations below which a pair is fully interpolated (default 1; the
+            paper's :math:`\alpha`, the chapter's :math:`r_\text{slow}`).
         truncate: round the range outwards to whole pairs, as HF transformers does by
             default.
 
@@ -284,14 +288,17 @@ def yarn_ramp(
 ) -> torch.Tensor:
     r"""YaRN's interpolation weight per pair: 0 = untouched, 1 = fully interpolated.
 
-    :math:`r_i = \operatorname{clamp}((i - \text{low}) / (\text{high} - \text{low}),
+    :math:`\rho_i = \operatorname{clamp}((i - \text{low}) / (\text{high} - \text{low}),
     0, 1)` with ``(low, high)`` from :func:`yarn_correction_range` (``high`` nudged by
-    ``0.001`` when the two coincide, as in HF transformers). Fast pairs (small ``i``,
-    many rotations in the training length) get :math:`r_i = 0`; slow pairs get
-    :math:`r_i = 1`. This ramp is linear in the pair index, as HF transformers'
-    ``_compute_yarn_parameters`` builds it; the YaRN paper's ramp :math:`\gamma(r)` is
-    linear in the number of rotations :math:`r = L_0/\lambda_i` instead, and the two
-    give frequencies up to 1.76 times apart (chapter :ref:`ch-extension`).
+    ``0.001`` when the two coincide). Fast pairs (small ``i``, many rotations in the
+    training length) get :math:`\rho_i = 0`; slow pairs get :math:`\rho_i = 1`. This
+    ramp is linear in the pair index, as the YaRN authors' reference code builds it
+    (``_yarn_find_correction_range`` with floor and ceil, then
+    ``_yarn_linear_ramp_mask(low, high, dim // 2)``) and HF transformers'
+    ``_compute_yarn_parameters`` after it. The paper's formula is linear in the number
+    of rotations :math:`r_i = L_0/\lambda_i` instead (its ramp :math:`\gamma = 1 - \rho`
+    is 1 for an untouched pair); the two give frequencies up to 1.76 times apart
+    (chapter :ref:`ch-extension`).
 
     Args:
         head_dim: the rotated dimension ``D``, even.
@@ -352,8 +359,8 @@ def yarn_frequencies(
 ) -> tuple[torch.Tensor, float]:
     r"""YaRN: NTK-by-parts frequencies and an attention temperature (Peng et al., 2024).
 
-    :math:`\theta'_i = \theta_i \big((1 - r_i) + r_i / s\big)` with the ramp :math:`r_i`
-    of :func:`yarn_ramp`: pairs that turn more than ``beta_fast`` times within the
+    :math:`\theta'_i = \theta_i \big((1 - \rho_i) + \rho_i / s\big)` with the
+    interpolation weight :math:`\rho_i` of :func:`yarn_ramp`: pairs that turn more than ``beta_fast`` times within the
     training length keep their frequency (they have seen every angle), pairs that turn
     less than ``beta_slow`` times are interpolated like position interpolation, and the
     pairs between are blended. Matches HF transformers' ``rope_type="yarn"`` (without
@@ -474,13 +481,15 @@ def alibi_slopes(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    r"""ALiBi head slopes :math:`m_h` (Press et al., 2022).
+    r"""ALiBi head slopes :math:`a_h` (Press et al., 2022, who call them :math:`m`).
 
-    For :math:`n` a power of two, the geometric sequence :math:`m_h = 2^{-8h/n}`,
-    :math:`h = 1, \dots, n` (8 heads: 1/2, 1/4, ..., 1/256). Otherwise, with :math:`c`
-    the largest power of two below :math:`n`: the :math:`c` slopes for :math:`c` heads,
-    then the first :math:`n - c` of the *odd-numbered* slopes for :math:`2c` heads
-    (:math:`2^{-4/c}, 2^{-12/c}, \dots`), which fall between the first ones. This is the
+    For :math:`H` a power of two, the geometric sequence :math:`a_h = 2^{-8h/H}`,
+    :math:`h = 1, \dots, H` (8 heads: 1/2, 1/4, ..., 1/256). Otherwise, with :math:`c`
+    the largest power of two below :math:`H`: the :math:`c` slopes for :math:`c` heads,
+    then the first :math:`H - c` of the *odd-numbered* slopes for :math:`2c` heads
+    (:math:`2^{-4/c}, 2^{-12/c}, \dots`). The first of these is steeper than every one
+    of the :math:`c` slopes (12 heads: :math:`2^{-0.5} = 0.7071 > 1/2`); the others
+    fall between two of them. This is the
     rule of the reference implementation and of BLOOM (HF transformers'
     ``build_alibi_tensor``).
 
@@ -512,14 +521,15 @@ def alibi_bias(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    r"""The ALiBi bias :math:`-m_h (i - j)` for attention scores, causal mask included.
+    r"""The ALiBi bias :math:`-a_h (m - n)` for attention scores, causal mask included.
 
-    Queries are the *last* ``L`` of the ``S`` key positions (query ``i`` sits at
-    position :math:`i + S - L`), which covers self-attention (``L == S``) and decoding
+    :math:`m` is the query's position and :math:`n` the key's. Queries are the *last*
+    ``L`` of the ``S`` key positions (query row ``l`` sits at position
+    :math:`m = l + S - L`), which covers self-attention (``L == S``) and decoding
     with a KV cache (``L < S``). With ``is_causal=True`` keys after the query get
     :math:`-\infty`, so the result can be passed as ``attn_mask`` to
     :func:`torch.nn.functional.scaled_dot_product_attention` (Press et al.'s causal
-    setting). With ``is_causal=False`` the bias is the symmetric :math:`-m_h |i - j|`, a
+    setting). With ``is_causal=False`` the bias is the symmetric :math:`-a_h |m - n|`, a
     common choice for bidirectional encoders (not part of Press et al.).
 
     Args:
@@ -548,12 +558,12 @@ def alibi_bias(
     dtype = _validate.dtype("dtype", dtype)
     device = _validate.device("device", device)
     slopes = alibi_slopes(num_heads, dtype=torch.float64, device=device)  # (H,)
-    i = torch.arange(query_length, device=device) + (key_length - query_length)  # (L,)
-    j = torch.arange(key_length, device=device)  # (S,)
-    offset = j[None, :] - i[:, None]  # (L, S), j - i: negative for keys in the past
+    m = torch.arange(query_length, device=device) + (key_length - query_length)  # (L,)
+    n = torch.arange(key_length, device=device)  # (S,)
+    offset = n[None, :] - m[:, None]  # (L, S), n - m: negative for keys in the past
     if is_causal:
-        bias = slopes[:, None, None] * offset.to(torch.float64)  # (H, L, S), -m (i - j)
+        bias = slopes[:, None, None] * offset.to(torch.float64)  # (H, L, S), -a (m - n)
         bias = bias.masked_fill(offset > 0, float("-inf"))
     else:
-        bias = slopes[:, None, None] * (-offset.abs()).to(torch.float64)  # -m |i - j|
+        bias = slopes[:, None, None] * (-offset.abs()).to(torch.float64)  # -a |m - n|
     return bias.to(dtype)
