@@ -551,6 +551,18 @@ def test_flash_attention_backward_for_any_layout_of_the_output_gradient(term) ->
         assert err < 2e-5, (term, name, err)
 
 
+@pytest.mark.parametrize("term", list(_loss_terms()))
+def test_rope_backward_for_any_layout_of_the_output_gradient(term) -> None:
+    gen = torch.Generator().manual_seed(18)
+    cos, sin = rope_cos_sin(torch.arange(20), rope_frequencies(16), device=DEVICE)
+    x = torch.randn(2, 20, 3, 16, generator=gen).transpose(1, 2).to(DEVICE)
+    x = x.requires_grad_()
+    loss = _loss_terms()[term]
+    (got,) = torch.autograd.grad(loss(apply_rope(x, cos, sin, backend="triton")), x)
+    (want,) = torch.autograd.grad(loss(apply_rope(x, cos, sin)), x)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_flash_attention_gradients_of_some_inputs_and_of_empty_ones() -> None:
     """Only the inputs that need a gradient get one (the pass for the others is skipped),
     and with no query or no key nothing flows back: zeros, as through SDPA."""
