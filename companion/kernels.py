@@ -647,7 +647,8 @@ def _launch(kernel, grid, args, block_m, block_n=None, **constexprs) -> None:
     A compiled kernel that needs more on-chip memory than the GPU has (Triton's
     ``OutOfResources``: e.g. float32 heads of 128 or 256 with 64 x 64 blocks, whose tiles
     are four bytes a number and are kept in several pipeline stages) is launched again
-    with the larger block halved, down to 16. The result does not depend on the blocks.
+    with the larger block halved, down to 16. Only the order of the additions (the last
+    bits) depends on the blocks.
     Under the interpreter nothing runs out.
     """
     while True:
@@ -840,7 +841,7 @@ def flash_attention(
         block_m: queries per program (a power of two >= 16).
         block_n: keys per inner step (a power of two >= 16). On a GPU whose on-chip
             memory cannot hold the blocks (Triton's ``OutOfResources``), the larger of
-            the two is halved until it fits, down to 16; the result is the same.
+            the two is halved until it fits, down to 16 (the same result up to rounding).
 
     Returns:
         ``(output, lse)``: output ``(B, H, L, D)`` in ``query``'s dtype, contiguous, and
