@@ -7,8 +7,11 @@ not its transpose; equal offsets give equal distances, D - 2 sum cos; concatenat
 cross terms after the projections and contains addition as a special case; fairseq's and
 tensor2tensor's table is not a column permutation of the paper's (Hugging Face's FSMT
 and Marian ports are the oracles); the exp recipe for the frequencies is 8.9-10.5 times
-less accurate than pow in float32; the study notes' recurrence is wrong and the dot
-product first rises at offset 11 for D = 128.
+less accurate than pow in float32; the study notes' recurrence is wrong (its cos line
+puts sin(a + b)'s terms where cos a cos b belongs: 0.6403 vs 0.4536), the dot product of
+two pairs is cos(a - b), not sin(a - b), the note's function fails for an odd width, the
+RoPE note's numpy loop needs its undefined names, and the dot product first rises at
+offset 11 for D = 128.
 """
 
 from __future__ import annotations
@@ -251,3 +254,75 @@ def test_dot_product_first_rises_at_offset_11_for_d128() -> None:
     rises = [k for k in range(19) if g[k + 1] > g[k]]
     assert rises[0] == 11
     assert min(sinusoidal_dot_products(torch.arange(20001.0), 128)) < -17
+
+
+def test_the_notes_cos_recurrence_puts_sin_terms_where_cos_a_cos_b_belongs() -> None:
+    """At a = 0.7, b = 0.4: the note's cos a sin b + sin a cos b - sin a sin b is 0.6403,
+    cos(a + b) = cos a cos b - sin a sin b is 0.4536; the first two terms are sin(a + b)."""
+    a, b = 0.7, 0.4
+    notes = (
+        math.cos(a) * math.sin(b)
+        + math.sin(a) * math.cos(b)
+        - math.sin(a) * math.sin(b)
+    )
+    assert notes == pytest.approx(
+        math.sin(a + b) - math.sin(a) * math.sin(b), abs=1e-15
+    )
+    assert round(notes, 4) == 0.6403
+    assert round(math.cos(a + b), 4) == 0.4536
+
+
+def test_the_dot_product_of_two_pairs_is_cos_not_the_notes_sin() -> None:
+    """E8: [sin a, cos a] . [sin b, cos b] = cos(a - b) (0.9553), not sin(a - b) (0.2955)."""
+    a, b = 0.7, 0.4
+    pe = torch.tensor([[math.sin(a), math.cos(a)], [math.sin(b), math.cos(b)]])
+    dot = float(pe[0] @ pe[1])
+    assert dot == pytest.approx(math.cos(a - b), abs=1e-7)
+    assert round(math.cos(a - b), 4) == 0.9553 and round(math.sin(a - b), 4) == 0.2955
+    assert abs(dot - math.sin(a - b)) > 0.5
+
+
+def test_the_notes_function_fails_for_odd_width_and_the_package_says_why() -> None:
+    """E16: the study note's get_sinusoidal_encoding raises a RuntimeError at d_model = 5
+    (pe[:, 1::2] has 2 columns, div_term 3); the package raises a ValueError on dim."""
+
+    def notes_function(max_len: int, d_model: int) -> torch.Tensor:
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len).unsqueeze(1).float()
+        div_term = torch.exp(
+            torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+        )
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        return pe
+
+    with pytest.raises(RuntimeError, match="must match"):
+        notes_function(10, 5)
+    with pytest.raises(ValueError, match="dim must be an even int, got 5"):
+        sinusoidal_encoding(10, 5)
+    # at an even width it is the float32-angle recipe: close, not exact
+    gap = (notes_function(100, 512).double() - loop_encoding(100, 512)).abs().max()
+    assert 1e-7 < gap < 1e-4
+
+
+NOTES_NUMPY = """
+def get_position_angle_vec(position):
+    return [position / np.power(10000, 2 * (hid_j // 2) / hidden_dim) for hid_j in range(hidden_dim)]
+
+position_angle_vecs = np.array([get_position_angle_vec(pos_i) for pos_i in range(seq_len)])
+position_angle_vecs[:, 0::2] = np.sin(position_angle_vecs[:, 0::2])
+position_angle_vecs[:, 1::2] = np.cos(position_angle_vecs[:, 1::2])
+positional_embeddings = torch.FloatTensor(position_angle_vecs).unsqueeze(0)
+"""
+
+
+def test_the_rope_notes_numpy_loop_needs_its_names_then_matches() -> None:
+    """E14: as printed it names np, torch, seq_len and hidden_dim without defining them."""
+    np = pytest.importorskip("numpy")
+    with pytest.raises(NameError, match="'np' is not defined"):
+        exec(NOTES_NUMPY, {})
+    names = {"np": np, "torch": torch, "seq_len": 50, "hidden_dim": 16}
+    exec(NOTES_NUMPY, names)
+    torch.testing.assert_close(
+        names["positional_embeddings"][0], loop_encoding(50, 16).float()
+    )

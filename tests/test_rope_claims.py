@@ -9,7 +9,10 @@ Hugging Face's float32 angles pair 0 is exact and pair 1 is the worst (0.03-0.1 
 2^20), and the table error grows with slope 1 in m; the three position terms of the
 additive score each break the structure in every draw, but "within a factor of two" is
 not a claim that holds; the relative upper bound falls from 32.5 to about a third by
-distance 100.
+distance 100 and decays on average only (496 of its first 1024 steps rise), through the
+summation-by-parts steps written out; a reflection at odd positions passes the real-score
+requirement and fails the complex one; a float32 angle's error is relative, about
+m theta_i 2^-23.
 """
 
 from __future__ import annotations
@@ -258,3 +261,93 @@ def test_relative_upper_bound_falls_to_about_a_third_by_100() -> None:
 
     assert bound(0) == pytest.approx(32.5)
     assert 0.25 < bound(100) / bound(0) < 0.4
+
+
+def test_relative_upper_bound_rises_on_496_of_its_first_1024_steps() -> None:
+    """Decays on average only: a float64 loop over the partial sums, d = 0 .. 1024."""
+    theta = rope_frequencies(128).tolist()
+
+    def bound(d: int) -> float:
+        partial, total = 0j, 0.0
+        for t in theta:
+            partial += cmath.exp(1j * d * t)
+            total += abs(partial)
+        return total / 64
+
+    values = [bound(d) for d in range(1025)]
+    rises = sum(values[d + 1] > values[d] for d in range(1024))
+    assert rises == 496
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_summation_by_parts_and_the_real_part_bound(seed: int) -> None:
+    """sum h_i e^{i d theta_i} = -sum S_{i+1} (h_{i+1} - h_i) with S_0 = 0, h_{D/2} = 0,
+    and |score| = |Re(...)| <= |...| <= max|h_{i+1} - h_i| sum_j |S_j| (a float64 loop)."""
+    gen = torch.Generator().manual_seed(seed)
+    theta = rope_frequencies(16).tolist()
+    h = [
+        complex(*torch.randn(2, generator=gen, dtype=torch.float64).tolist())
+        for _ in theta
+    ]
+    for d in (0, 3, 50, 700):
+        direct = sum(hi * cmath.exp(1j * d * t) for hi, t in zip(h, theta, strict=True))
+        partial = [0j]  # S_0 .. S_{D/2}
+        for t in theta:
+            partial.append(partial[-1] + cmath.exp(1j * d * t))
+        h_ext = [*h, 0j]  # h_{D/2} = 0
+        by_parts = -sum(
+            partial[i + 1] * (h_ext[i + 1] - h_ext[i]) for i in range(len(h))
+        )
+        assert abs(direct - by_parts) < 1e-12
+        bound = max(abs(h_ext[i + 1] - h_ext[i]) for i in range(len(h))) * sum(
+            abs(s) for s in partial[1:]
+        )
+        assert abs(direct.real) <= abs(direct) <= bound + 1e-12
+
+
+def test_a_reflection_passes_the_real_requirement_but_not_the_complex_one() -> None:
+    """f(q, m) = q F^m, F = diag(1, -1): <f(q,m), f(k,n)> depends on m - n and f(q, 0) = q,
+    yet F is no rotation and f(q,m) conj f(k,n) changes under a common shift."""
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 2, generator=gen, dtype=torch.float64)
+
+    def f(v: torch.Tensor, m: int) -> torch.Tensor:  # a loop, not matrix_power
+        out = v.clone()
+        for _ in range(m):
+            out = torch.stack([out[0], -out[1]])
+        return out
+
+    for m, n, t in ((3, 1, 5), (10, 7, 40), (0, 4, 101), (2, 9, 1)):
+        assert abs(float(f(q, m) @ f(k, n)) - float(f(q, m + t) @ f(k, n + t))) < 1e-12
+    assert torch.equal(f(q, 0), q)
+    basis = torch.eye(2, dtype=F64)
+    assert torch.linalg.det(torch.stack([f(basis[0], 1), f(basis[1], 1)])) == -1
+
+    def c(v: torch.Tensor) -> complex:
+        return complex(float(v[0]), float(v[1]))
+
+    even = c(f(q, 2)) * c(f(k, 0)).conjugate()
+    odd = c(f(q, 3)) * c(f(k, 1)).conjugate()
+    assert abs(even - odd) > 1e-3 and abs(even - odd.conjugate()) < 1e-12
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "half_steps", "per_position"),
+    [(128, (2.5, 3.5), (5e-8, 7e-8)), (4096, (3.5, 4.0), (1.0e-7, 2**-23))],
+)
+def test_float32_angle_error_is_relative_about_m_theta_2_to_minus_23(
+    head_dim: int, half_steps: tuple[float, float], per_position: tuple[float, float]
+) -> None:
+    """HF's float32 angles at the 4096 positions below 2^20 against float64 angles built
+    from the formula: about m theta_i 2^-23, i.e. 3.0 (D = 128) and 3.9 (D = 4096) half
+    steps of the float32 grid, 1.1e-7 m at D = 4096."""
+    top = torch.arange(2**20 - 4096, 2**20)
+    exact = top[:, None].double() * torch.tensor(
+        [10000.0 ** (-2 * i / head_dim) for i in range(head_dim // 2)], dtype=F64
+    )
+    error = (hf_angles(top, head_dim).double() - exact).abs()[:, 1:]  # pairs 1 ..
+    exact = exact[:, 1:]
+    half_step = torch.ldexp(torch.ones_like(exact), torch.frexp(exact).exponent - 25)
+    assert half_steps[0] < (error / half_step).max() < half_steps[1]
+    assert 0.9 < (error / (exact * 2**-23)).max() < 1.3
+    assert per_position[0] < (error / top[:, None]).max() < per_position[1]
