@@ -205,6 +205,14 @@ def _spec_gpt_neox(model: nn.Module) -> dict[str, Any]:
 
 def _spec_bloom(model: nn.Module) -> dict[str, Any]:
     c = model.config
+    tp = getattr(c, "pretraining_tp", 1)
+    if getattr(c, "slow_but_exact", False) and tp > 1:
+        # Hugging Face's slow_but_exact path sums pretraining_tp slices of dense and
+        # dense_4h_to_h with F.linear and no bias: another function than the model's
+        raise _unsupported(
+            f"model with BLOOM's slow_but_exact=True and pretraining_tp={tp} (Hugging "
+            "Face's path then drops the biases of dense and dense_4h_to_h)"
+        )
     head_dim = c.hidden_size // c.n_head
     return dict(
         family="bloom",
@@ -239,10 +247,33 @@ _SPECS = {
 }
 
 
+_LAYERS = {  # family -> (where its layer list is, the config field that counts it)
+    "llama": ("model.layers", "num_hidden_layers"),
+    "gpt2": ("transformer.h", "n_layer"),
+    "gpt_neox": ("gpt_neox.layers", "num_hidden_layers"),
+    "bloom": ("transformer.h", "n_layer"),
+}
+
+
+def _layers(model: nn.Module, family: str) -> nn.ModuleList:
+    """The decoder layers of ``model``, as many as its config says (else ValueError)."""
+    path, field = _LAYERS[family]
+    layers = model.get_submodule(path)
+    count = getattr(model.config, field)
+    if len(layers) != count:
+        raise ValueError(
+            f"model must hold as many layers as its config says: {path} has "
+            f"{len(layers)}, config.{field} is {count} (a layer list cut or grown "
+            f"after loading; set config.{field} = {len(layers)} to copy those)"
+        )
+    return layers
+
+
 def spec_fields(model: nn.Module, family: str) -> dict[str, Any]:
     """The :class:`~companion.decoder.DecoderSpec` fields of ``model`` (one of
     :data:`ARCHITECTURES`' families), after checking what every family shares."""
     _check_common(model.config)
+    _layers(model, family)
     return _SPECS[family](model)
 
 

@@ -490,3 +490,27 @@ def factory_kwargs(device_arg: object, dtype_arg: object) -> dict[str, Any]:
         "device": device("device", device_arg),
         "dtype": optional(dtype, "dtype", dtype_arg),
     }
+
+
+# ---- containers and divisibility -------------------------------------------------------
+
+
+def sequence(
+    name: str, value: object, *, length: int | None = None, what: str = "values"
+) -> tuple:
+    """A tuple or list (not a string, not a tensor), of exactly ``length`` items if
+    given, returned as a tuple; ``what`` names the items in a message."""
+    if not isinstance(value, (tuple, list)):
+        count = "" if length is None else f"{length} "
+        raise _fail(TypeError, name, f"a tuple or list of {count}{what}", value)
+    if length is not None and len(value) != length:
+        raise ValueError(f"{name} must hold {length} {what}, got {len(value)}")
+    return tuple(value)
+
+
+def divisor(name: str, value: object, of_name: str, of: int) -> int:
+    """A positive int that divides ``of`` (the value of ``of_name``)."""
+    value = positive_int(name, value)
+    if of % value:
+        raise ValueError(f"{name} must divide {of_name} ({of}), got {value}")
+    return value

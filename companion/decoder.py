@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from companion import _hf_weights, _validate
-from companion._hf_weights import ACTIVATIONS, ARCHITECTURES, ROPE_TYPES  # noqa: F401
+from companion._hf_weights import ACTIVATIONS, ARCHITECTURES, ROPE_TYPES
 from companion.attention import causal_mask, scaled_dot_product_attention
 from companion.extension import (
     alibi_bias,
@@ -69,9 +69,17 @@ class DecoderSpec:
     copy implements every option; the chapter prints the four families' specs side by
     side. ``positions`` is ``"rope"``, ``"alibi"`` or ``"learned"``; ``norm`` is
     ``"rms"`` or ``"layer"``; ``mlp`` is ``"gated"`` (``act(x W_gate) * x W_up``) or
-    ``"plain"``; ``rope`` holds Hugging Face's ``rope_parameters`` (``rope_type``,
-    ``rope_theta``, ``factor``, ...); ``rotary_dim`` is how many leading coordinates of
-    each head RoPE turns; ``scales`` is the score scale of each layer.
+    ``"plain"``; ``activation`` a key of ``ACTIVATIONS``; ``rope`` holds Hugging
+    Face's ``rope_parameters`` (``rope_type``, ``rope_theta``, ``factor``, ...);
+    ``rotary_dim`` is how many leading coordinates of each head RoPE turns; ``scales``
+    is the score scale of each layer.
+
+    Every field is checked when the record is made, before a model is built
+    (``TypeError``/``ValueError`` naming the field): positive sizes, ``num_kv_heads``
+    dividing ``num_heads``, the choices above, a positive ``eps``, bools for the
+    switches, one positive scale per layer, a positive ``max_positions`` for a learned
+    table; for RoPE an even ``2 <= rotary_dim <= head_dim``, a ``rope_type`` of
+    ``ROPE_TYPES`` and the parameters that type reads.
     """
 
     family: str
@@ -100,6 +108,99 @@ class DecoderSpec:
         default_factory=dict
     )  # rope_type, rope_theta, factor, ...
     scales: tuple[float, ...] = ()  # score scale per layer (GPT-2 may change it)
+
+    def __post_init__(self) -> None:
+        _check_spec(self)
+
+
+POSITIONS = ("rope", "alibi", "learned")
+"""The position schemes a :class:`DecoderSpec` names (``positions``)."""
+NORMS = ("rms", "layer")
+"""The norms a :class:`DecoderSpec` names (``norm``)."""
+MLPS = ("gated", "plain")
+"""The MLP forms a :class:`DecoderSpec` names (``mlp``)."""
+
+
+def _check_spec(spec: DecoderSpec) -> None:
+    """Every field of ``spec`` checked (and normalised) before a model is built."""
+    v = _validate
+
+    def put(name: str, value: object) -> None:  # the record is frozen
+        object.__setattr__(spec, name, value)
+
+    if not isinstance(spec.family, str) or not spec.family:
+        raise TypeError(
+            f"family must be a non-empty str, got {v.describe(spec.family)}"
+        )
+    for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "head_dim"):
+        put(name, v.positive_int(name, getattr(spec, name)))
+    put(
+        "intermediate_size", v.positive_int("intermediate_size", spec.intermediate_size)
+    )
+    put(
+        "num_kv_heads",
+        v.divisor("num_kv_heads", spec.num_kv_heads, "num_heads", spec.num_heads),
+    )
+    v.choice("positions", spec.positions, POSITIONS)
+    v.choice("norm", spec.norm, NORMS)
+    put("eps", v.positive_real("eps", spec.eps))
+    v.choice("mlp", spec.mlp, MLPS)
+    v.choice("activation", spec.activation, ACTIVATIONS)
+    for name in (
+        "parallel_residual",
+        "residual_from_norm",
+        "embedding_norm",
+        "tied_embeddings",
+        "qkv_bias",
+        "out_bias",
+        "mlp_bias",
+    ):
+        put(name, v.flag(name, getattr(spec, name)))
+    if spec.parallel_residual and spec.residual_from_norm:
+        raise ValueError(
+            "residual_from_norm must be False when parallel_residual is True (a "
+            "parallel block adds both branches to its input x), got True"
+        )
+    put("max_positions", v.nonnegative_int("max_positions", spec.max_positions))
+    put("rotary_dim", v.nonnegative_int("rotary_dim", spec.rotary_dim))
+    v.instance("rope", spec.rope, dict, "a dict (Hugging Face's rope_parameters)")
+    scales = v.sequence(
+        "scales",
+        spec.scales,
+        length=spec.num_layers,
+        what="score scales (one per layer, num_layers)",
+    )
+    put(
+        "scales",
+        tuple(v.positive_real(f"scales[{i}]", x) for i, x in enumerate(scales)),
+    )
+    if spec.positions == "learned":
+        v.positive_int("max_positions", spec.max_positions)  # rows of the table
+    if spec.positions == "rope":
+        _check_rope(spec)
+
+
+def _check_rope(spec: DecoderSpec) -> None:
+    """The RoPE fields: ``rotary_dim`` and the ``rope`` parameters of its type."""
+    v, p = _validate, spec.rope
+    v.integer(
+        "rotary_dim", spec.rotary_dim, minimum=2, maximum=spec.head_dim, even=True
+    )
+    kind = v.choice("rope['rope_type']", p.get("rope_type"), ROPE_TYPES)
+    v.positive_real("rope['rope_theta']", p.get("rope_theta"))
+    if kind != "default":
+        v.positive_real("rope['factor']", p.get("factor"))
+    if kind in ("yarn", "llama3"):
+        v.positive_int(
+            "rope['original_max_position_embeddings']",
+            p.get("original_max_position_embeddings"),
+        )
+    if kind == "llama3":
+        v.positive_real("rope['low_freq_factor']", p.get("low_freq_factor"))
+        v.positive_real("rope['high_freq_factor']", p.get("high_freq_factor"))
+    if kind == "dynamic":
+        v.positive_int("max_positions", spec.max_positions)  # the original context
+        v.integer("rotary_dim", spec.rotary_dim, minimum=4)
 
 
 # ---- RoPE frequencies of every scaling type ------------------------------------------
@@ -276,7 +377,8 @@ class Decoder(nn.Module):
         spec: the architecture, as :func:`from_hf` reads it from a Hugging Face config.
 
     Shape:
-        input_ids: ``(B, L)``, integer token ids.
+        input_ids: ``(B, L)``, token ids of any integer dtype (``uint8`` to ``int64``;
+        read as ``int64``, the index type of :class:`torch.nn.Embedding`).
         output: ``(B, L, V)`` logits, ``V`` the vocabulary size.
     """
 
@@ -315,26 +417,42 @@ class Decoder(nn.Module):
                 f"{self.spec.max_positions} rows "
                 f"(n_positions) and the sequence would reach {total}"
             )
-        return ids
+        return ids.long()  # any integer dtype (nn.Embedding takes int32 and int64)
 
     def _check_past(self, past: object, ids: Tensor) -> int:
+        """Every layer's cached key and value, before any computation; returns ``S``."""
         if past is None:
             return 0
-        n = self.spec.num_layers
-        if not isinstance(past, tuple) or len(past) != n:
-            raise TypeError(
-                f"past must be None or a tuple of {n} (key, value) pairs (a cache from "
-                f"decode), got {_validate.describe(past)}"
+        v, s = _validate, self.spec
+        ref = self.embed.weight  # the model's dtype and device
+        n = s.num_layers
+        pairs = v.sequence(
+            "past",
+            past,
+            length=n,
+            what="(key, value) pairs, one per layer (num_layers), as decode "
+            "returns them",
+        )
+        first = None  # past[0][0]: its S is every layer's
+        for i, pair in enumerate(pairs):
+            pair = v.sequence(
+                f"past[{i}]",
+                pair,
+                length=2,
+                what=f"tensors (key, value of layer {i})",
             )
-        key = past[0][0]
-        _validate.tensor("past[0][0]", key, ndim=4, meaning="(B, Hkv, S, D)")
-        if key.shape[0] != ids.shape[0]:
-            raise ValueError(
-                f"past must hold the cache of a batch of {ids.shape[0]} "
-                "(input_ids' B), "
-                f"got keys of shape {tuple(key.shape)}"
-            )
-        return key.shape[2]
+            for j, t in enumerate(pair):
+                name = f"past[{i}][{j}] ({('key', 'value')[j]} of layer {i})"
+                v.tensor(name, t, ndim=4, meaning="(B, H_kv, S, D)")
+                v.same_dtype(name, t, "the model", ref)
+                v.same_device(name, t, "the model", ref)
+                v.size(name, t, 0, ids.shape[0], "B, input_ids' batch")
+                v.size(name, t, 1, s.num_kv_heads, "H_kv, num_kv_heads")
+                v.size(name, t, 3, s.head_dim, "D, head_dim")
+                if first is None:
+                    first = t
+                v.size(name, t, 2, first.shape[2], "S, past[0][0]'s length")
+        return first.shape[2]
 
     def decode(
         self, input_ids: Tensor, past: tuple[tuple[Tensor, Tensor], ...] | None = None
@@ -346,8 +464,12 @@ class Decoder(nn.Module):
         cached keys and to each other (causally).
 
         Args:
-            input_ids: the new token ids.
-            past: ``None`` or the cache returned by the previous call.
+            input_ids: the new token ids, of any integer dtype.
+            past: ``None`` or the cache returned by the previous call, checked whole
+                before any computation: ``num_layers`` ``(key, value)`` pairs, each
+                tensor ``(B, H_kv, S, D)`` with ``input_ids``' ``B``, the spec's
+                ``num_kv_heads`` and ``head_dim``, one ``S`` for all, the model's
+                dtype and device (``TypeError``/``ValueError`` naming ``past[i][j]``).
 
         Returns:
             ``(logits, present)``: logits of the new tokens and the cache of all
@@ -360,7 +482,7 @@ class Decoder(nn.Module):
         """
         ids = _check_input_ids(input_ids)
         past_length = self._check_past(past, ids)
-        self._check_ids(ids, past_length)
+        ids = self._check_ids(ids, past_length)
         s = self.spec
         L = ids.shape[1]
         S = past_length + L  # keys after this call

@@ -13,6 +13,7 @@ by far more than the tolerance, so the comparison can fail.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -448,6 +449,86 @@ def test_the_copy_uses_companion_functions(monkeypatch: pytest.MonkeyPatch) -> N
     assert calls == {"attention": 2, "rope": 4}  # 2 layers; q and k in each
 
 
+# ---- what the copy accepts -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+)
+def test_input_ids_of_every_integer_dtype_give_the_same_logits(dtype) -> None:
+    model = from_hf(build("llama-gqa"))
+    ids = tokens(2, 6)
+    with torch.no_grad():
+        expected = model(ids)
+        _, past = model.decode(ids[:, :5])
+        step = model.decode(ids[:, 5:].to(dtype), past)[0]
+        torch.testing.assert_close(model(ids.to(dtype)), expected, atol=0, rtol=0)
+    torch.testing.assert_close(step, expected[:, 5:], atol=TOL, rtol=0)
+    assert torch.equal(generate(model, ids.to(dtype), 3), generate(model, ids, 3))
+
+
+def test_a_bad_cache_is_refused_before_any_computation() -> None:
+    # the last layer's value is wrong: nothing is embedded or attended before the error
+    model = from_hf(build("llama-gqa"))
+    ids = tokens(1, 4)
+    with torch.no_grad():
+        _, past = model.decode(ids)
+    calls = []
+    model.embed.register_forward_hook(lambda *a: calls.append("embed"))
+    bad = (*past[:-1], (past[-1][0], past[-1][1][..., :4]))
+    with pytest.raises(ValueError, match=r"past\[1\]\[1\] \(value of layer 1\)"):
+        model.decode(ids[:, :1], bad)
+    assert calls == []
+    model.decode(ids[:, :1], past)  # the good cache goes through
+    assert calls == ["embed"]
+
+
+def test_spec_fields_are_normalised() -> None:
+    spec = dataclasses.replace(_SPEC, scales=[0.5, 0.25], num_heads=torch.tensor(4))
+    assert spec.scales == (0.5, 0.25) and type(spec.num_heads) is int
+    assert Decoder(spec).blocks[1].scale == 0.25
+
+
+def _bloom_tp(slow_but_exact: bool) -> nn.Module:
+    """BLOOM trained with 2-way tensor parallelism (its modules read the flags once)."""
+    cls, cfg = _bloom(pretraining_tp=2, slow_but_exact=slow_but_exact)
+    torch.manual_seed(0)
+    return randomize(cls(cfg))
+
+
+def test_bloom_slow_but_exact_is_another_model() -> None:
+    # why from_hf refuses it: Hugging Face's slow_but_exact path (pretraining_tp > 1)
+    # drops the output biases, so its logits are not the model's; without the flag the
+    # same config copies exactly
+    exact = _bloom_tp(slow_but_exact=False)
+    slow = _bloom_tp(slow_but_exact=True)
+    slow.load_state_dict(exact.state_dict())
+    ids = tokens(2, 12)
+    with torch.no_grad():
+        gap = (slow(ids).logits - exact(ids).logits).abs().max().item()
+        torch.testing.assert_close(
+            from_hf(exact)(ids), exact(ids).logits, atol=TOL, rtol=0
+        )
+    assert gap > 100 * TOL
+    with pytest.raises(ValueError, match=r"slow_but_exact=True and pretraining_tp=2"):
+        from_hf(slow)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2-inverse-layer-scale", "neox", "bloom"])
+def test_a_cut_layer_list_copies_once_the_config_says_so(name: str) -> None:
+    # refused while the config disagrees (BAD_INPUTS); with the count set, the copy
+    # is the first layer's model, as Hugging Face runs it
+    hf = _truncated(name)
+    field = "n_layer" if name.startswith(("gpt2", "bloom")) else "num_hidden_layers"
+    setattr(hf.config, field, 1)
+    ids = tokens(2, 10)
+    with torch.no_grad():
+        expected = hf(ids).logits
+        got = from_hf(hf)(ids)
+    assert from_hf(hf).spec.num_layers == 1
+    torch.testing.assert_close(got, expected, atol=TOL, rtol=0)
+
+
 # ---- unsupported architectures and options -------------------------------------------
 
 
@@ -514,6 +595,145 @@ def _model() -> Decoder:
 
 
 _IDS = tokens(1, 4)
+
+
+def _past(layer: int = 0, part: int = 0, change=lambda t: t, drop_value=None):
+    """A gpt2 copy's cache of 4 tokens (B 1, H_kv 4, S 4, D 8), one tensor changed."""
+    past = [list(kv) for kv in _model().decode(_IDS)[1]]
+    past[layer][part] = change(past[layer][part])
+    if drop_value is not None:
+        past[drop_value] = past[drop_value][:1]
+    return tuple(tuple(kv) for kv in past)
+
+
+def _truncated(name: str) -> nn.Module:
+    hf = build(name)
+    path = {"llama": "model.layers", "neox": "gpt_neox.layers"}.get(
+        name, "transformer.h"
+    )
+    layers = hf.get_submodule(path)
+    del layers[1:]  # a layer list cut after loading; the config still says 2
+    return hf
+
+
+_SPEC = from_hf(build("llama-gqa")).spec  # 4 query heads, 2 key/value heads, D 8
+
+
+def _spec(**changes: object) -> decoder.DecoderSpec:
+    return dataclasses.replace(_SPEC, **changes)
+
+
+# DecoderSpec: every field checked, naming it (changes to the llama-gqa spec)
+SPEC_CASES = [
+    (dict(family=""), TypeError, r"family must be a non-empty str, got ''"),
+    (dict(vocab_size=-1), ValueError, r"vocab_size must be a positive int, got -1"),
+    (dict(num_heads=0), ValueError, r"num_heads must be a positive int, got 0"),
+    (dict(num_layers=2.0), TypeError, r"num_layers must be an int, got 2.0"),
+    (dict(head_dim=0), ValueError, r"head_dim must be a positive int, got 0"),
+    (dict(hidden_size=True), TypeError, r"hidden_size must be an int, got True"),
+    (
+        dict(intermediate_size=-4),
+        ValueError,
+        r"intermediate_size must be a positive int, got -4",
+    ),
+    (
+        dict(num_kv_heads=3),
+        ValueError,
+        r"num_kv_heads must divide num_heads \(4\), got 3",
+    ),
+    (dict(num_kv_heads=0), ValueError, r"num_kv_heads must be a positive int, got 0"),
+    (
+        dict(positions="xpos"),
+        ValueError,
+        r"positions must be one of 'rope', 'alibi', 'learned', got 'xpos'",
+    ),
+    (
+        dict(norm="batch"),
+        ValueError,
+        r"norm must be one of 'rms', 'layer', got 'batch'",
+    ),
+    (
+        dict(mlp="swiglu"),
+        ValueError,
+        r"mlp must be one of 'gated', 'plain', got 'swiglu'",
+    ),
+    (dict(activation="quick_gelu"), ValueError, r"activation must be one of 'silu'"),
+    (dict(eps=0.0), ValueError, r"eps must be a real number > 0, got 0.0"),
+    (dict(qkv_bias=1), TypeError, r"qkv_bias must be a bool, got 1"),
+    (dict(parallel_residual="no"), TypeError, r"parallel_residual must be a bool"),
+    (
+        dict(parallel_residual=True, residual_from_norm=True),
+        ValueError,
+        r"residual_from_norm must be False when parallel_residual is True",
+    ),
+    (dict(max_positions=-1), ValueError, r"max_positions must be an int >= 0, got -1"),
+    (
+        dict(positions="learned", max_positions=0),
+        ValueError,
+        r"max_positions must be a positive int, got 0",
+    ),
+    (
+        dict(scales=()),
+        ValueError,
+        r"scales must hold 2 score scales \(one per layer, num_layers\), got 0",
+    ),
+    (dict(scales=0.35), TypeError, r"scales must be a tuple or list of 2 score scales"),
+    (
+        dict(scales=(0.35, -0.35)),
+        ValueError,
+        r"scales\[1\] must be a real number > 0, got -0.35",
+    ),
+    (
+        dict(rope=None),
+        TypeError,
+        r"rope must be a dict \(Hugging Face's rope_parameters\)",
+    ),
+    (dict(rotary_dim=10), ValueError, r"rotary_dim must be an even int <= 8, got 10"),
+    (dict(rotary_dim=3), ValueError, r"rotary_dim must be an even int, got 3"),
+    (dict(rotary_dim=0), ValueError, r"rotary_dim must be an even int >= 2, got 0"),
+    (
+        dict(rope={"rope_type": "longrope", "rope_theta": 1e4}),
+        ValueError,
+        r"rope\['rope_type'\] must be one of 'default', 'linear', 'dynamic', 'yarn', "
+        r"'llama3', got 'longrope'",
+    ),
+    (
+        dict(rope={"rope_type": "default"}),
+        TypeError,
+        r"rope\['rope_theta'\] must be a real number, got None",
+    ),
+    (
+        dict(rope={"rope_type": "linear", "rope_theta": 1e4}),
+        TypeError,
+        r"rope\['factor'\] must be a real number, got None",
+    ),
+    (
+        dict(rope={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}),
+        TypeError,
+        r"rope\['original_max_position_embeddings'\] must be an int, got None",
+    ),
+    (
+        dict(
+            rope={
+                "rope_type": "llama3",
+                "rope_theta": 1e4,
+                "factor": 8.0,
+                "original_max_position_embeddings": 16,
+                "low_freq_factor": 1.0,
+            }
+        ),
+        TypeError,
+        r"rope\['high_freq_factor'\] must be a real number, got None",
+    ),
+    (
+        dict(
+            rope={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0},
+            rotary_dim=2,
+        ),
+        ValueError,
+        r"rotary_dim must be an int >= 4, got 2",
+    ),
+]
 BAD_INPUTS = [
     (
         "from_hf",
@@ -617,22 +837,144 @@ BAD_INPUTS = [
     ),
     (
         "Decoder",
-        lambda: _model().decode(_IDS, past=[1, 2]),
+        lambda: _model().decode(_IDS, past={"layers": 2}),
         TypeError,
-        r"past must be None or a tuple of 2 \(key, value\) pairs",
+        r"past must be a tuple or list of 2 \(key, value\) pairs, one per layer "
+        r"\(num_layers\), as decode returns them, got a dict",
     ),
     (
         "Decoder",
-        lambda: _model().decode(tokens(2, 3), past=_model().decode(_IDS)[1]),
-        ValueError,
-        r"past must hold the cache of a batch of 2",
+        lambda: _model().decode(_IDS, past=[1, 2]),
+        TypeError,
+        r"past\[0\] must be a tuple or list of 2 tensors \(key, value of layer 0\), "
+        r"got 1",
     ),
-]
-
-
-NO_BAD_INPUTS = {
-    "DecoderSpec": "a record that from_hf fills in after checking the configuration",
-}
+    # the whole cache is checked, every layer's key and value, before any computation
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=_past()[:1]),
+        ValueError,
+        r"past must hold 2 \(key, value\) pairs, one per layer \(num_layers\), as "
+        r"decode returns them, got 1",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=_past(drop_value=1)),
+        ValueError,
+        r"past\[1\] must hold 2 tensors \(key, value of layer 1\), got 1",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(tokens(2, 3), past=_past()),
+        ValueError,
+        r"past\[0\]\[0\] \(key of layer 0\) must have size 2 \(B, input_ids' "
+        r"batch\) in dimension 0, got shape \(1, 4, 4, 8\)",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=_past(1, 1, lambda t: t[..., :4])),
+        ValueError,
+        r"past\[1\]\[1\] \(value of layer 1\) must have size 8 \(D, head_dim\) in "
+        r"dimension 3, got shape \(1, 4, 4, 4\)",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=_past(1, 0, lambda t: t[:, :2])),
+        ValueError,
+        r"past\[1\]\[0\] \(key of layer 1\) must have size 4 \(H_kv, "
+        r"num_kv_heads\) in dimension 1, got shape \(1, 2, 4, 8\)",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=_past(1, 1, lambda t: t[:, :, :3])),
+        ValueError,
+        r"past\[1\]\[1\] \(value of layer 1\) must have size 4 \(S, past\[0\]\[0\]'s "
+        r"length\) in dimension 2, got shape \(1, 4, 3, 8\)",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=_past(0, 1, lambda t: t.double())),
+        TypeError,
+        r"past\[0\]\[1\] \(value of layer 0\) must have the model's dtype "
+        r"torch.float32, got a tensor of dtype torch.float64",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=_past(1, 0, lambda t: t[0])),
+        ValueError,
+        r"past\[1\]\[0\] \(key of layer 1\) must have 4 dimensions \(B, H_kv, S, D\), "
+        r"got shape \(4, 4, 8\)",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=_past(0, 0, lambda t: t.long())),
+        TypeError,
+        r"past\[0\]\[0\] \(key of layer 0\) must be a floating-point tensor",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=_past(0, 1, lambda t: None)),
+        TypeError,
+        r"past\[0\]\[1\] \(value of layer 0\) must be a torch.Tensor, got None",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(_IDS, past=_past(0, 0, lambda t: t.to("meta"))),
+        ValueError,
+        r"past\[0\]\[0\] \(key of layer 0\) must hold values",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(torch.tensor([[1, 200]], dtype=torch.uint8)),
+        ValueError,
+        r"input_ids must lie in \[0, 61\) \(vocab_size\), got values in \[1, 200\]",
+    ),
+    (
+        "Decoder",
+        lambda: _model()(torch.tensor([[-1, 3]], dtype=torch.int8)),
+        ValueError,
+        r"input_ids must lie in \[0, 61\) \(vocab_size\), got values in \[-1, 3\]",
+    ),
+    (
+        "Decoder",
+        lambda: _model()(_IDS.bool()),
+        TypeError,
+        r"input_ids must be an integer tensor, got a tensor of dtype torch.bool",
+    ),
+    # BLOOM's slow_but_exact path and a cut layer list: refused by name
+    (
+        "from_hf",
+        lambda: from_hf(_bloom_tp(slow_but_exact=True)),
+        ValueError,
+        r"model with BLOOM's slow_but_exact=True and pretraining_tp=2 \(Hugging Face's path then "
+        r"drops the biases of dense and dense_4h_to_h\) is not supported",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(_truncated("llama")),
+        ValueError,
+        r"model must hold as many layers as its config says: model.layers has 1, "
+        r"config.num_hidden_layers is 2",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(_truncated("gpt2")),
+        ValueError,
+        r"transformer.h has 1, config.n_layer is 2",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(_truncated("neox")),
+        ValueError,
+        r"gpt_neox.layers has 1, config.num_hidden_layers is 2",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(_truncated("bloom")),
+        ValueError,
+        r"transformer.h has 1, config.n_layer is 2",
+    ),
+] + [("DecoderSpec", lambda c=c: _spec(**c[0]), c[1], c[2]) for c in SPEC_CASES]
 
 
 @pytest.mark.parametrize(
@@ -643,6 +985,9 @@ def test_bad_input_raises_a_clear_error(
 ) -> None:
     with pytest.raises(error, match=match):
         thunk()
+
+
+NO_BAD_INPUTS: dict[str, str] = {}
 
 
 def test_validation_table_covers_the_public_api() -> None:
