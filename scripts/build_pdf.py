@@ -34,6 +34,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -532,7 +533,25 @@ def main(argv: list[str]) -> int:
         print(
             f"build_pdf: copied to {(HTML / 'book.pdf').relative_to(ROOT)} for the site"
         )
+        restore_pdf_link()
     return 0
+
+
+MISSING_LINK = re.compile(
+    r'<span class="book-pdf-link book-pdf-missing" data-href="([^"]*)">(.*?) '
+    r"\(not built here: <code>make pdf</code> writes it\)</span>",
+    re.S,
+)
+
+
+def restore_pdf_link() -> None:
+    """The HTML build showed the PDF link as plain text when no PDF existed
+    (book/_ext/book_html.py); now that it does, make it a link again."""
+    for page in HTML.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        if "book-pdf-missing" in text:
+            text = MISSING_LINK.sub(r'<a class="book-pdf-link" href="\1">\2</a>', text)
+            page.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

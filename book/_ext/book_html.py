@@ -13,10 +13,20 @@
   ``scripts/build_pdf.py``) render every node the HTML build renders.
 - Gives the proof index readable entries: "Theorem: Shift theorem" under the chapter's title,
   instead of raw labels (``thm-sinusoidal-shift (book/01_sinusoidal_encoding)``).
+- Findable pages: a meta description (the page's first paragraph) and Open Graph tags on every
+  page, one viewport tag, and a title without the book's name twice on the front page.
+- The link to the whole-book PDF (``<a class="book-pdf-link">`` in the intro) is shown only
+  when ``_build/pdf/book.pdf`` exists, and the PDF is then copied next to the site;
+  ``scripts/build_pdf.py`` restores the link when it writes the PDF after the HTML build.
+- Lighter pages: the theme's Font Awesome bundle (1.5 MB, every icon) is cut down to the icons
+  the built pages and the theme's scripts name.
 """
 
 from __future__ import annotations
 
+import html
+import re
+import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -25,6 +35,13 @@ from docutils import nodes
 from sphinx.application import Sphinx
 
 STATIC = Path(__file__).parent / "static"
+ROOT = Path(__file__).resolve().parents[2]
+BOOK_PDF = ROOT / "_build" / "pdf" / "book.pdf"
+PDF_LINK = re.compile(r'<a class="book-pdf-link" href="([^"]*)">(.*?)</a>', re.S)
+PDF_MISSING = (
+    r'<span class="book-pdf-link book-pdf-missing" data-href="\1">\2 '
+    r"(not built here: <code>make pdf</code> writes it)</span>"
+)
 
 
 # ---- sphinx-thebe ------------------------------------------------------------------------
@@ -45,6 +62,124 @@ def _drop_thebe(
     styles = context.get("css_files")
     if styles:
         context["css_files"] = [s for s in styles if "thebe" not in str(s)]
+
+
+# ---- findable pages: description, Open Graph, one viewport, one title ---------------------
+
+
+def _first_paragraph(doctree: Any) -> str:
+    if doctree is None:
+        return ""
+    for para in doctree.findall(nodes.paragraph):
+        text = " ".join(para.astext().split())
+        if len(text) >= 60:
+            return text[:157].rsplit(" ", 1)[0] + "..." if len(text) > 160 else text
+    return ""
+
+
+def _page_metadata(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
+) -> None:
+    title = re.sub(r"<[^>]+>", "", context.get("title") or "").strip()
+    book = app.config.html_title or app.config.project or ""
+    if title == book:
+        context["titlesuffix"] = ""  # "Transformer Building Blocks", not twice
+    description = _first_paragraph(doctree) or (
+        f"{title}: a chapter of {book}" if title else book
+    )
+    tags = {
+        "description": ("name", description),
+        "og:title": ("property", title or book),
+        "og:description": ("property", description),
+        "og:type": (
+            "property",
+            "book" if pagename == app.config.root_doc else "article",
+        ),
+        "og:site_name": ("property", book),
+    }
+    meta = "".join(
+        f'<meta {kind}="{name}" content="{html.escape(value, quote=True)}" />\n'
+        for name, (kind, value) in tags.items()
+    )
+    context["metatags"] = context.get("metatags", "") + meta
+    # the PDF link, only where the PDF exists
+    body = context.get("body")
+    if body and "book-pdf-link" in body and not BOOK_PDF.is_file():
+        context["body"] = PDF_LINK.sub(PDF_MISSING, body)
+
+
+_VIEWPORT = re.compile(r'\s*<meta name="viewport"[^>]*>')
+
+
+def _one_viewport(outdir: Path) -> None:
+    """The theme, its parent and Sphinx's basic layout each write a viewport tag: keep the
+    first."""
+    for page in outdir.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        tags = _VIEWPORT.findall(text)
+        if len(tags) > 1:
+            first = text.index(tags[0]) + len(tags[0])
+            text = text[:first] + _VIEWPORT.sub("", text[first:])
+            page.write_text(text, encoding="utf-8")
+
+
+# ---- lighter pages: only the icons the book shows ----------------------------------------
+
+_ICON = re.compile(
+    r'(?:"([^"]+)"|([A-Za-z_$][\w$]*)|(\d+)):\[\d+,\d+,\[([^\]]*)\],"[^"]*",'
+    r'(?:"[^"]*"|\[[^\]]*\])\]'
+)
+_STYLE_CLASSES = {
+    "fa-solid",
+    "fa-regular",
+    "fa-brands",
+    "fa-lg",
+    "fa-fw",
+    "fa-xs",
+    "fa-sm",
+}
+
+
+def _trim_fontawesome(outdir: Path) -> None:
+    """Keep, in each icon pack of the theme's Font Awesome bundle, the icons whose name (or
+    alias) a built page or a script names; the library itself is untouched."""
+    bundle = outdir / "_static" / "scripts" / "fontawesome.js"
+    if not bundle.is_file():
+        return
+    used = set()
+    sources = list(outdir.rglob("*.html")) + list((outdir / "_static").rglob("*.js"))
+    for path in sources:
+        if path != bundle and "fontawesome" not in path.name:
+            text = path.read_text(encoding="utf-8", errors="ignore")
+            used |= {m[3:] for m in re.findall(r"\bfa-[a-z0-9-]+", text)}
+    used -= {c[3:] for c in _STYLE_CLASSES}
+    code = bundle.read_text(encoding="utf-8")
+    out, at = [], 0
+    for start in [m.end() for m in re.finditer(r"var p=\{", code)]:
+        kept, pos = [], start
+        while code[pos] != "}":
+            m = _ICON.match(code, pos)
+            if m is None:
+                return  # an unknown layout: leave the bundle whole
+            names = {m.group(1) or m.group(2) or m.group(3)}
+            names |= set(re.findall(r'"([^"]+)"', m.group(4)))
+            if names & used:
+                kept.append(m.group(0))
+            pos = m.end() + (code[m.end()] == ",")
+        out += [code[at:start], ",".join(kept)]
+        at = pos
+    out.append(code[at:])
+    bundle.write_text("".join(out), encoding="utf-8")
+
+
+def _finish(app: Sphinx, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    outdir = Path(app.outdir)
+    _one_viewport(outdir)
+    _trim_fontawesome(outdir)
+    if app.builder.name == "html" and BOOK_PDF.is_file():
+        shutil.copyfile(BOOK_PDF, outdir / "book.pdf")
 
 
 # ---- static files ------------------------------------------------------------------------
@@ -167,6 +302,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", _singlehtml_knows_html_nodes)
     app.connect("doctree-read", _record_proof_titles)
     app.connect("html-page-context", _drop_thebe, priority=900)
+    app.connect("html-page-context", _page_metadata, priority=900)
+    app.connect("build-finished", _finish)
     app.add_css_file("book.css", priority=900)
     app.add_js_file("book.js", priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

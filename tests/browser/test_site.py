@@ -23,6 +23,7 @@ with a message, except under CI (``CI`` set), where a missing browser is a failu
 from __future__ import annotations
 
 import functools
+import html.parser
 import http.server
 import os
 import re
@@ -30,7 +31,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -558,4 +559,279 @@ def test_proof_index_shows_titles_not_labels() -> None:
     assert "Theorem:" in body, "the proof index names no theorem"
     assert not re.search(r"\b(thm|prf|lem)-[a-z0-9-]+", body), (
         "a raw label in the proof index"
+    )
+
+
+# ---- Links, metadata, numbering ----------------------------------------------------------
+
+
+class _Anchors(html.parser.HTMLParser):
+    """The ids and the hrefs of one built page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.hrefs: list[str] = []
+        self.meta: dict[str, str] = {}
+        self.viewports = 0
+        self.title = ""
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("name"):
+            self.ids.add(a["name"])
+        if tag in ("a", "link") and a.get("href") and a.get("rel") != "canonical":
+            self.hrefs.append(a["href"])
+        if tag == "meta":
+            key = a.get("name") or a.get("property") or ""
+            self.meta[key] = a.get("content") or ""
+            self.viewports += key == "viewport"
+        self._in_title = tag == "title"
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title += data
+
+
+@functools.cache
+def _parsed(page: Path) -> _Anchors:
+    parser = _Anchors()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return parser
+
+
+def test_every_internal_link_and_anchor_resolves() -> None:
+    """Every relative link of every built page names a file of the build, and its #anchor
+    an id on that page (the PDF link included: present when linked)."""
+    if not PAGES:
+        _skip_or_fail("no built book in _build/html: run `make book` first")
+    checked, broken = 0, []
+    for page in PAGES:
+        for href in _parsed(page).hrefs:
+            parsed = urlparse(href)
+            if parsed.scheme or href.startswith(("//", "mailto:")):
+                continue
+            target = (
+                (page.parent / unquote(parsed.path)).resolve() if parsed.path else page
+            )
+            checked += 1
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_file():
+                broken.append(f"{page.relative_to(HTML)}: {href} (no file)")
+                continue
+            if parsed.fragment and target.suffix == ".html":
+                if unquote(parsed.fragment) not in _parsed(target).ids:
+                    broken.append(f"{page.relative_to(HTML)}: {href} (no such anchor)")
+    assert checked > 500, f"only {checked} internal links checked"
+    assert not broken, f"{len(broken)} broken internal links:\n" + "\n".join(
+        broken[:20]
+    )
+
+
+def test_pages_have_one_viewport_a_description_and_open_graph_tags() -> None:
+    problems = []
+    for page in PAGES:
+        rel = page.relative_to(HTML).as_posix()
+        parsed = _parsed(page)
+        if (
+            "http-equiv" in page.read_text(encoding="utf-8")[:600]
+            and rel == "index.html"
+        ):
+            continue  # the redirect to the intro
+        if parsed.viewports != 1:
+            problems.append(f"{rel}: {parsed.viewports} viewport tags")
+        if not rel.startswith("book/"):
+            continue
+        for key in ("description", "og:title", "og:description", "og:type"):
+            if len(parsed.meta.get(key, "")) < 4:
+                problems.append(f"{rel}: no {key}")
+        title = " ".join(parsed.title.split())
+        parts = [p.strip() for p in title.split("\u2014")]
+        if len(parts) != len(set(parts)):
+            problems.append(f"{rel}: title {title!r} repeats itself")
+    favicon = [h for h in _parsed(PAGES[0]).hrefs if "favicon" in h]
+    if not favicon:
+        problems.append("no favicon link")
+    assert not problems, "\n".join(problems[:20])
+
+
+def test_chapters_figures_and_exercises_are_numbered_per_chapter() -> None:
+    """Chapter N's title reads "N. ..." and its figures and exercises "Fig. N.k" and
+    "Exercise N.k", in order."""
+    numbered = 0
+    problems = []
+    for name in _chapter_pages():
+        text = (HTML / name).read_text(encoding="utf-8")
+        heading = re.search(
+            r'<h1>\s*<span class="section-number">(\d+)\.\s*</span>', text
+        )
+        if not heading:
+            continue
+        numbered += 1
+        chapter = heading.group(1)
+        for kind in ("Fig.", "Exercise", "Theorem", "Table"):
+            found = re.findall(
+                rf'caption-number">{re.escape(kind)}\s*([\d.]+)\s*<', text
+            )
+            expected = [f"{chapter}.{k}" for k in range(1, len(found) + 1)]
+            if [f.rstrip(".") for f in found] != expected:
+                problems.append(f"{name}: {kind} numbers {found}, expected {expected}")
+    assert numbered >= 8, f"only {numbered} chapters carry a number"
+    assert not problems, "\n".join(problems)
+
+
+def test_the_intro_map_links_every_page() -> None:
+    intro = HTML / "book" / "intro.html"
+    if not intro.is_file():
+        _skip_or_fail("no built intro page")
+    html_text = intro.read_text(encoding="utf-8")
+    table = html_text.split('id="map-of-the-book"', 1)[-1].split("</table>", 1)[0]
+    linked = {
+        urlparse(h).path.rsplit("/", 1)[-1]
+        for h in re.findall(r'href="([^"]+)"', table)
+    }
+    missing = [
+        name
+        for name in _chapter_pages()
+        if name != "book/intro.html" and name.rsplit("/", 1)[-1] not in linked
+    ]
+    assert not missing, f"the map of the book does not link {missing}"
+
+
+# ---- Phone details -----------------------------------------------------------------------
+
+
+def test_phone_details(server: str, browser: object) -> None:
+    """On a phone: overflowing display formulas show a scroll cue, table cells do not break a
+    word, the back-to-top button covers nothing, prev/next links stay on the screen, the
+    solution's title opens it, and every figure opens at full size when tapped."""
+    problems = []
+    for name in _chapter_pages():
+        visit = PageVisit(browser, f"{server}/{name}", viewport=SCREENS["phone"])
+        page = visit.page
+        try:
+            _typeset(page)
+            found = page.evaluate(
+                """() => {
+                const width = document.documentElement.clientWidth;
+                const out = {noCue: 0, broken: [], arrows: [], figures: 0, unlinked: 0};
+                for (const m of document.querySelectorAll('article div.math')) {
+                    if (m.scrollWidth > m.clientWidth + 1) {
+                        const bg = getComputedStyle(m).backgroundImage;
+                        if (!bg.includes('gradient')) out.noCue += 1;
+                    }
+                }
+                for (const code of document.querySelectorAll('article td code.literal')) {
+                    const rects = code.getClientRects();
+                    if (rects.length > 1) out.broken.push(code.textContent.slice(0, 30));
+                }
+                for (const a of document.querySelectorAll('.prev-next-area a')) {
+                    const box = a.getBoundingClientRect();
+                    if (box.width && (box.right > width + 1 || box.left < -1))
+                        out.arrows.push(a.textContent.trim().slice(0, 30));
+                }
+                for (const img of document.querySelectorAll('article .cell_output img')) {
+                    out.figures += 1;
+                    const link = img.closest('a');
+                    if (!link || !link.href.endsWith(img.getAttribute('src').split('/').pop()))
+                        out.unlinked += 1;
+                }
+                const top = document.querySelector('#pst-back-to-top');
+                out.backToTop = !!top && getComputedStyle(top).display !== 'none'
+                    && top.getBoundingClientRect().width > 0;
+                return out;
+            }"""
+            )
+            if found["noCue"]:
+                problems.append(f"{name}: {found['noCue']} wide formulas without a cue")
+            if found["broken"]:
+                problems.append(
+                    f"{name}: names broken across lines {found['broken'][:3]}"
+                )
+            if found["arrows"]:
+                problems.append(f"{name}: prev/next past the edge {found['arrows']}")
+            if found["unlinked"]:
+                problems.append(f"{name}: {found['unlinked']} figures open nothing")
+            page.evaluate("() => window.scrollTo(0, document.body.scrollHeight / 2)")
+            page.wait_for_timeout(300)
+            if page.evaluate(
+                """() => { const t = document.querySelector('#pst-back-to-top');
+                  return !!t && t.getBoundingClientRect().height > 0
+                      && getComputedStyle(t).display !== 'none'; }"""
+            ):
+                problems.append(f"{name}: the back-to-top button shows over the text")
+            solution = page.locator("div.solution.dropdown").first
+            if solution.count():
+                title = solution.locator(".admonition-title").first
+                title.scroll_into_view_if_needed()
+                before = page.url
+                box = title.bounding_box()
+                # tap the middle of the title, where the exercise's name is
+                page.mouse.click(
+                    box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+                )
+                page.wait_for_timeout(400)
+                body = solution.locator("section").first
+                if page.url != before or not body.is_visible():
+                    problems.append(
+                        f"{name}: tapping the solution's title did not open it"
+                    )
+        finally:
+            visit.close()
+    assert not problems, "\n".join(problems)
+
+
+# ---- Figures on a phone ------------------------------------------------------------------
+
+MIN_FIGURE_TEXT_PX = 9.0
+
+FIGURE_TEXT = """async () => {
+    const out = [];
+    for (const img of document.querySelectorAll('article .cell_output img')) {
+        const src = img.getAttribute('src');
+        if (!src.toLowerCase().endsWith('.svg')) continue;
+        const svg = await (await fetch(img.src)).text();
+        const box = svg.match(/viewBox="[\\d.]+ [\\d.]+ ([\\d.]+) [\\d.]+"/);
+        if (!box) continue;
+        const scale = img.getBoundingClientRect().width / parseFloat(box[1]);
+        const sizes = [];
+        // matplotlib draws text as glyph paths: scale(s -s) is a font of 100 s units
+        for (const m of svg.matchAll(/scale\\(([\\d.]+) -\\1\\)/g)) sizes.push(100 * m[1]);
+        for (const m of svg.matchAll(/font-size[:=]\\s*"?([\\d.]+)(px)?/g)) sizes.push(+m[1]);
+        if (!sizes.length) continue;
+        out.push({src: src.split('/').pop().slice(0, 12), px: Math.min(...sizes) * scale});
+    }
+    return out;
+}"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="chapters draw figures 6.5-8 in wide at 10 pt; each needs plotting.readable(fig) "
+    "or a narrower figsize (the chapters' notebooks, not this test's files)",
+)
+def test_figure_text_is_readable_on_a_phone(server: str, browser: object) -> None:
+    """The smallest text of every figure, shown at a phone's width, is >= 9 CSS px."""
+    small, figures = [], 0
+    for name in _chapter_pages():
+        visit = PageVisit(browser, f"{server}/{name}", viewport=SCREENS["phone"])
+        try:
+            _broken_images(visit.page)
+            for fig in visit.page.evaluate(FIGURE_TEXT):
+                figures += 1
+                if fig["px"] < MIN_FIGURE_TEXT_PX:
+                    small.append(f"{name} {fig['src']}: {fig['px']:.1f} px")
+        finally:
+            visit.close()
+    assert figures >= 20, f"only {figures} SVG figures measured"
+    assert not small, (
+        f"{len(small)} of {figures} figures with text < 9 px:\n" + "\n".join(small)
     )

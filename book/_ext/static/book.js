@@ -97,3 +97,38 @@ function bookUnfoldForPrint() {
 }
 window.addEventListener("beforeprint", bookUnfoldForPrint);
 window.bookUnfoldForPrint = bookUnfoldForPrint;
+
+// ---- Figures: a tap opens the full-size SVG -------------------------------------------------
+function bookLinkFigures() {
+  document.querySelectorAll("article .cell_output img, article figure img").forEach((img) => {
+    if (img.closest("a")) return;
+    const link = document.createElement("a");
+    link.href = img.getAttribute("src");
+    link.className = "book-figure-link";
+    link.title = "Open the figure at full size";
+    img.replaceWith(link);
+    link.appendChild(img);
+  });
+}
+
+// ---- Solutions: the whole title opens the solution ------------------------------------------
+// sphinx-exercise links "Exercise 2.1" in a solution's title back to the exercise, which sits
+// right above it; on a dropdown that link stole the tap meant to open the solution.
+function bookSolutionTitles() {
+  document.querySelectorAll(".solution.dropdown > .admonition-title a.reference").forEach((a) => {
+    const span = document.createElement("span");
+    span.className = "book-solution-exercise";
+    while (a.firstChild) span.appendChild(a.firstChild);
+    a.replaceWith(span);
+  });
+}
+
+function bookPageReady() {
+  bookLinkFigures();
+  bookSolutionTitles();
+}
+if (document.readyState === "loading") {
+  document.addEventListener("DOMContentLoaded", bookPageReady);
+} else {
+  bookPageReady();
+}
