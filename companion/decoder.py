@@ -7,8 +7,9 @@ only:
 =========  ============================  =========  ==============  ===========
 family     positions                     norm       MLP             residual
 =========  ============================  =========  ==============  ===========
-Llama      RoPE (half layout), with any  RMSNorm    gated (SwiGLU)  serial
-           scaling type of chapter 3
+Llama      RoPE (half layout), plain or  RMSNorm    gated (SwiGLU)  serial
+           scaled (linear, dynamic,
+           YaRN, Llama 3)
 GPT-2      learned absolute table        LayerNorm  GELU (tanh)     serial
 GPT-NeoX   RoPE on the first             LayerNorm  GELU            parallel or
            ``rotary_ndims`` of a head                               serial
@@ -324,8 +325,10 @@ class DecoderBlock(nn.Module):
             k = torch.cat((past[0], k), dim=2)  # (B, Hkv, S, D)
             v = torch.cat((past[1], v), dim=2)
         # GQA/MQA: the G query heads that share a key/value head are stacked along the
-        # query axis, so each key head is read once and never copied (HF's repeat_kv
-        # copies it G times); heads are ordered so that head h uses key head h // G
+        # query axis, so each key head is read once and never copied (HF 5.23's eager
+        # path copies it G times with repeat_kv; its SDPA path passes enable_gqa=True,
+        # or stacks one query the same way, pack_gqa, or copies when a mask is given
+        # to a longer query); heads are ordered so that head h uses key head h // G
         groups = s.num_heads // s.num_kv_heads
         q = q.reshape(B, s.num_kv_heads, groups * L, s.head_dim)  # (B, Hkv, G*L, D)
         if mask is not None and groups > 1:
