@@ -38,6 +38,7 @@ from companion import _validate
 __all__ = [
     "Case",
     "CheckError",
+    "CheckResult",
     "Mistake",
     "checker",
     "describe_inputs",
@@ -47,6 +48,44 @@ __all__ = [
 NOT_ATTEMPTED = (
     "{check}: not attempted yet - write your function above, then run this cell again."
 )
+PASSED = "✓ {check}: {cases}"
+
+
+class CheckResult:
+    """What a checker returns: true when every case passed, false for a stub.
+
+    It compares equal to ``True``/``False`` and works with ``and``/``assert``; in
+    IPython and Jupyter it displays nothing (the checker has already printed its one
+    line), so no ``Out:`` appears under the call.
+    """
+
+    __slots__ = ("cases", "check", "passed")
+
+    def __init__(self, check: str, passed: bool, cases: int) -> None:
+        self.check = check
+        self.passed = passed
+        self.cases = cases
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (bool, CheckResult)):
+            return self.passed == bool(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.passed)
+
+    def __repr__(self) -> str:
+        return f"CheckResult({self.check!r}, passed={self.passed}, cases={self.cases})"
+
+    def _ipython_display_(self) -> None:
+        """Show nothing: the line printed by the checker says it all."""
+
+
+def _cases(n: int) -> str:
+    return "the 1 case passes" if n == 1 else f"all {n} cases pass"
 
 
 # ---- errors and mistakes -------------------------------------------------------------
@@ -81,6 +120,7 @@ class CheckError(AssertionError):
         self.expected = expected
         self.got = got
         self.mistake = mistake
+        self.detail = detail
         lines = [f"{check}: {prop!r} failed on {inputs}"]
         if expected or got:
             lines.append(f"  expected: {expected}")
@@ -88,6 +128,16 @@ class CheckError(AssertionError):
         if detail:
             lines.append(f"  {detail}")
         super().__init__("\n".join(lines))
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython and Jupyter show instead of a traceback: the diagnosis in one
+        line, then the failing input with expected and got in a second, and none of
+        the checker's own frames. Outside IPython the exception is an ordinary one."""
+        first = f"\x1b[31m✗ {self.check}\x1b[0m: {self.detail or self.prop}"
+        second = f"  {self.prop!r} on {self.inputs}"
+        if self.expected or self.got:
+            second += f": expected {self.expected}; got {self.got}"
+        return [first, second]
 
 
 @dataclass(frozen=True)
@@ -144,11 +194,53 @@ def describe_inputs(inputs: Mapping[str, object]) -> str:
     return ", ".join(parts) if parts else "(no inputs)"
 
 
-def _short(t: Tensor, digits: int = 4, n: int = 6) -> str:
+def _short(t: Tensor, digits: int = 4, n: int = 6, start: int = 0) -> str:
+    """The first ``n`` values of ``t`` (flattened) from flat index ``start``."""
     flat = t.detach().flatten().to("cpu", torch.float64)
-    head = ", ".join(f"{v:.{digits}g}" for v in flat[:n].tolist())
-    more = f", ... ({flat.numel()} values)" if flat.numel() > n else ""
-    return f"[{head}{more}] shape={tuple(t.shape)}"
+    start = max(0, min(start, flat.numel() - n))
+    head = ", ".join(f"{v:.{digits}g}" for v in flat[start : start + n].tolist())
+    before = f"... (from flat index {start}) " if start else ""
+    more = f", ... ({flat.numel()} values)" if flat.numel() > start + n else ""
+    return f"[{before}{head}{more}] shape={tuple(t.shape)}"
+
+
+def _shape_diagnosis(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
+    """Say in words how the shape ``got`` differs from ``expected``."""
+    if len(got) != len(expected):
+        diff = len(expected) - len(got)
+        if diff > 0:
+            words = f"{diff} axis fewer" if diff == 1 else f"{diff} axes fewer"
+            hint = "did a sum, a mean or an index drop an axis that should stay?"
+        else:
+            words = f"{-diff} axis more" if diff == -1 else f"{-diff} axes more"
+            hint = "did a stack, an unsqueeze or broadcasting add one?"
+        return (
+            f"Your answer has {len(got)} axes, {words} than the {len(expected)} "
+            f"expected: {hint}"
+        )
+    differ = [i for i, (g, e) in enumerate(zip(got, expected, strict=True)) if g != e]
+    if sorted(got) == sorted(expected):
+        return (
+            f"The shape has the right sizes in another order (axes {differ} differ): "
+            "an axis is transposed or a layout is swapped."
+        )
+    parts = []
+    for i in differ:
+        g, e = got[i], expected[i]
+        ratio = ""
+        if e and g == 2 * e:
+            ratio = " (twice as long: one value per dimension where one per pair?)"
+        elif g and e == 2 * g:
+            ratio = " (half as long)"
+        parts.append(f"axis {i} has length {g} where {e} is expected{ratio}")
+    return "The shapes differ: " + "; ".join(parts) + "."
+
+
+def _first_difference(got: Tensor, expected: Tensor, atol: float, rtol: float) -> int:
+    """The flat index of the first entry out of tolerance (0 when none)."""
+    bad = ~torch.isclose(got, expected, atol=atol, rtol=rtol, equal_nan=True)
+    flat = bad.flatten().nonzero()
+    return int(flat[0]) if flat.numel() else 0
 
 
 def _digits(a: float, b: float) -> int:
@@ -238,20 +330,45 @@ def expect_close(
             got=_validate.describe(got),
         )
     if tensor.shape != expected.shape:
+        for mistake in mistakes:
+            wrong = as_tensor(mistake.output)
+            if wrong is None or wrong.shape != tensor.shape:
+                continue
+            m_atol = atol if mistake.atol is None else mistake.atol
+            m_rtol = rtol if mistake.rtol is None else mistake.rtol
+            if _close(
+                tensor.detach().to("cpu", torch.float64),
+                wrong.detach().to("cpu", torch.float64),
+                m_atol,
+                m_rtol,
+            ):
+                raise CheckError(
+                    check,
+                    prop,
+                    where,
+                    f'This is the known mistake "{mistake.name}": '
+                    f"{mistake.explanation}",
+                    expected=f"shape {tuple(expected.shape)}",
+                    got=f"shape {tuple(tensor.shape)}",
+                    mistake=mistake.name,
+                )
         raise CheckError(
             check,
             prop,
             where,
-            "The shapes differ: check which axes you reduce, stack or transpose.",
+            _shape_diagnosis(tuple(tensor.shape), tuple(expected.shape)),
             expected=f"shape {tuple(expected.shape)}",
             got=f"shape {tuple(tensor.shape)}",
         )
     if check_dtype and tensor.dtype != expected.dtype:
+        how = str(expected.dtype).removeprefix("torch.")
         raise CheckError(
             check,
             prop,
             where,
-            "The output should have the dtype the exercise asks for.",
+            f"The exercise asks for {how}; your answer is "
+            f"{str(tensor.dtype).removeprefix('torch.')} (compute in {how}, or end "
+            f"with .to(torch.{how})).",
             expected=str(expected.dtype),
             got=str(tensor.dtype),
         )
@@ -295,25 +412,40 @@ def expect_close(
         if wrong is not None and _close(
             got64, wrong.detach().to("cpu", torch.float64), m_atol, m_rtol
         ):
+            first = _first_difference(got64, exp64, atol, rtol)
+            start = first - 1 if first else 0
             raise CheckError(
                 check,
                 prop,
                 where,
                 f'This is the known mistake "{mistake.name}": {mistake.explanation}',
-                expected=_short(expected, digits),
-                got=_short(tensor, digits),
+                expected=_short(expected, digits, start=start),
+                got=_short(tensor, digits, start=start),
                 mistake=mistake.name,
             )
     relative = f"{abs(g - e) / abs(e):.2g}" if e != 0 else "inf"
+    first = _first_difference(got64, exp64, atol, rtol)
+    first_index = tuple(
+        int(i) for i in torch.unravel_index(torch.tensor(first), err.shape)
+    )
+    count = int(
+        (~torch.isclose(got64, exp64, atol=atol, rtol=rtol, equal_nan=True)).sum()
+    )
+    first_text = (
+        f"first differs at index {first_index}; "
+        if first_index != index and exp64.numel() > 1
+        else ""
+    )
     raise CheckError(
         check,
         prop,
         where,
-        f"max |got - expected| = {err.max().item():.3g} at index {index} (expected "
-        f"{e:.{digits}g}, got {g:.{digits}g}; relative error {relative}; tolerance "
-        f"atol={atol:g}, rtol={rtol:g}).",
-        expected=_short(expected, digits),
-        got=_short(tensor, digits),
+        f"{count} of {exp64.numel()} values differ; {first_text}max |got - expected| "
+        f"= {err.max().item():.3g} at index {index} (expected {e:.{digits}g}, got "
+        f"{g:.{digits}g}; relative error {relative}; tolerance atol={atol:g}, "
+        f"rtol={rtol:g}).",
+        expected=_short(expected, digits, start=first - 1 if first else 0),
+        got=_short(tensor, digits, start=first - 1 if first else 0),
     )
 
 
@@ -351,6 +483,43 @@ def _raised_by_library(exc: BaseException) -> bool:
     )
 
 
+def _where_raised(exc: BaseException) -> str:
+    """`` (line N: `code`)`` for the learner's own frame nearest the error, if any."""
+    tb = exc.__traceback__
+    found = ""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        name = code.co_filename
+        own = not any(
+            p in name for p in ("site-packages", "dist-packages", f"{os.sep}companion")
+        )
+        if own and not name.startswith("<frozen"):
+            import linecache
+
+            line = linecache.getline(name, tb.tb_lineno).strip()
+            found = f" (in {code.co_name}, line {tb.tb_lineno}"
+            found += f": `{line}`)" if line else ")"
+        tb = tb.tb_next
+    return found
+
+
+def _hint_for(exc: BaseException, args: Sequence[object]) -> str:
+    """A sentence for torch's shape errors that learners meet most."""
+    text = str(exc)
+    batched = any(isinstance(a, Tensor) and a.dim() > 2 for a in args)
+    if "size of tensor a" in text and "must match" in text and batched:
+        return (
+            ". The inputs are batched: `x.T` reverses ALL axes, batch included; "
+            "transpose the last two with `x.mT` or `x.transpose(-2, -1)`."
+        )
+    if "cannot be multiplied" in text or "mat1 and mat2" in text:
+        return (
+            ". A matrix product needs (..., n, k) @ (..., k, m): transpose the "
+            "second operand's last two axes (`x.mT`) or check which axis is which."
+        )
+    return ""
+
+
 def call(fn: Callable[..., object], check: str, inputs: Mapping[str, object]) -> object:
     """Call ``fn`` positionally with deep copies of ``inputs`` (in their order).
 
@@ -376,7 +545,7 @@ def call(fn: Callable[..., object], check: str, inputs: Mapping[str, object]) ->
             "runs without error",
             describe_inputs(inputs),
             f"Calling {shown} (positional arguments, in this order) raised "
-            f"{type(exc).__name__}: {exc}",
+            f"{type(exc).__name__}: {exc}{_where_raised(exc)}{_hint_for(exc, args)}",
         ) from exc
     if out is None:
         if _is_stub_body(fn):
@@ -474,22 +643,25 @@ def run_case(check: str, fn: Callable[..., object], case: Case) -> None:
 
 _RETURNS = """
     Returns:
-        ``True`` when every case passes; ``False``, after printing "not attempted yet",
-        for the exercise's stub.
+        A :class:`CheckResult`, true (after printing "✓ ... all N cases pass") when
+        every case passes; false, after printing "not attempted yet", for the
+        exercise's stub. It compares equal to ``True``/``False`` and shows no ``Out:``
+        in Jupyter.
 
     Raises:
         CheckError: naming the property that failed, the input, expected and got.
     """
 
 
-def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., bool]:
+def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., CheckResult]:
     """Make a checker from ``body``, a generator of :class:`Case` objects.
 
     ``body``'s positional parameters are the learner's functions (validated as
     callables, a ``TypeError`` naming the parameter otherwise); its keyword-only
-    parameters are options the body validates itself. The checker returns ``True`` when
-    every case passes, prints a "not attempted yet" line and returns ``False`` for a
-    stub, and raises :class:`CheckError` on the first case that fails.
+    parameters are options the body validates itself. The checker prints one line and
+    returns a true :class:`CheckResult` when every case passes, prints a "not attempted
+    yet" line and returns a false one for a stub, and raises :class:`CheckError` on the
+    first case that fails.
     """
     _validate.callable_("body", body)
     signature = inspect.signature(body)
@@ -503,17 +675,20 @@ def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., bool]:
         body.__doc__ = body.__doc__.rstrip() + "\n" + _RETURNS
 
     @functools.wraps(body)
-    def run(*args: object, **kwargs: object) -> bool:
+    def run(*args: object, **kwargs: object) -> CheckResult:
         bound = signature.bind(*args, **kwargs)
         fns = {
             name: _validate.callable_(name, bound.arguments[name]) for name in learners
         }
+        count = 0
         try:
             for case in body(*args, **kwargs):
                 run_case(check, fns[case.learner or learners[0]], case)
+                count += 1
         except NotAttempted:
             print(NOT_ATTEMPTED.format(check=check))
-            return False
-        return True
+            return CheckResult(check, False, count)
+        print(PASSED.format(check=check, cases=_cases(count)))
+        return CheckResult(check, True, count)
 
     return run

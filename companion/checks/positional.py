@@ -201,7 +201,8 @@ def check_shift_matrix(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
     Reference: :func:`companion.positional.shift_matrix`, with
     :math:`\mathrm{PE}(\text{pos}+k) = \mathrm{PE}(\text{pos})\,T(k)` for row vectors.
     Named mistakes: "sin entries with the wrong sign (blocks transposed)" (the
-    column-vector rotation), "angle k instead of k * w_i", "PE(k) on the diagonal".
+    row-form R(b), which shifts by -k), "angle k instead of k * w_i", "PE(k) on the
+    diagonal".
 
     Args:
         fn: a function ``fn(k, dim)`` returning a tensor of shape ``(D, D)``.
@@ -216,9 +217,11 @@ def check_shift_matrix(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "sin entries with the wrong sign (blocks transposed)",
-                "for a ROW vector [sin a, cos a] times the block, the block must be "
-                "[[cos b, -sin b], [sin b, cos b]]; you built the column-vector "
-                "rotation, which shifts by -k.",
+                "your blocks are [[cos b, sin b], [-sin b, cos b]], the row-form "
+                "rotation R(b) of the notation page, which moves the stored pair "
+                "[sin a, cos a] to angle a - b: a shift by -k. The pair is stored "
+                "sine first, so the shift is R(-b) = [[cos b, -sin b], [sin b, "
+                "cos b]] (entry for entry the column-vector textbook rotation).",
                 reference.mT,
             ),
             Mistake(

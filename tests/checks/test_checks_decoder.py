@@ -57,7 +57,7 @@ def test_kv_cache_bytes_stub_is_not_attempted(capsys) -> None:
     def kv_cache_bytes(num_layers, num_heads, num_kv_heads, head_dim, size, tokens):
         raise NotImplementedError
 
-    assert checks.check_kv_cache_bytes(kv_cache_bytes) is False
+    assert checks.check_kv_cache_bytes(kv_cache_bytes).passed is False
     assert "not attempted yet" in capsys.readouterr().out
 
 

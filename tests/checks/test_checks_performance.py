@@ -144,5 +144,5 @@ def test_stub_is_not_attempted(check, capsys) -> None:
     def stub(*args):
         raise NotImplementedError
 
-    assert check(stub) is False
+    assert check(stub).passed is False
     assert "not attempted yet" in capsys.readouterr().out
