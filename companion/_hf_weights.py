@@ -128,8 +128,8 @@ def _spec_llama(model: nn.Module) -> dict[str, Any]:
         activation=_activation(c.hidden_act),
         parallel_residual=False,
         tied_embeddings=_tied(model),
-        qkv_bias=bool(c.attention_bias),
-        out_bias=bool(c.attention_bias),
+        qkv_bias=bool(getattr(c, "attention_bias", False)),
+        out_bias=bool(getattr(c, "attention_bias", False)),
         mlp_bias=bool(getattr(c, "mlp_bias", False)),
         max_positions=c.max_position_embeddings,
         rotary_dim=head_dim,
@@ -247,33 +247,18 @@ _SPECS = {
 }
 
 
-_LAYERS = {  # family -> (where its layer list is, the config field that counts it)
-    "llama": ("model.layers", "num_hidden_layers"),
-    "gpt2": ("transformer.h", "n_layer"),
-    "gpt_neox": ("gpt_neox.layers", "num_hidden_layers"),
-    "bloom": ("transformer.h", "n_layer"),
+LAYERS = {  # family -> where its list of decoder layers is
+    "llama": "model.layers",
+    "gpt2": "transformer.h",
+    "gpt_neox": "gpt_neox.layers",
+    "bloom": "transformer.h",
 }
-
-
-def _layers(model: nn.Module, family: str) -> nn.ModuleList:
-    """The decoder layers of ``model``, as many as its config says (else ValueError)."""
-    path, field = _LAYERS[family]
-    layers = model.get_submodule(path)
-    count = getattr(model.config, field)
-    if len(layers) != count:
-        raise ValueError(
-            f"model must hold as many layers as its config says: {path} has "
-            f"{len(layers)}, config.{field} is {count} (a layer list cut or grown "
-            f"after loading; set config.{field} = {len(layers)} to copy those)"
-        )
-    return layers
 
 
 def spec_fields(model: nn.Module, family: str) -> dict[str, Any]:
     """The :class:`~companion.decoder.DecoderSpec` fields of ``model`` (one of
     :data:`ARCHITECTURES`' families), after checking what every family shares."""
     _check_common(model.config)
-    _layers(model, family)
     return _SPECS[family](model)
 
 
@@ -283,6 +268,22 @@ def spec_fields(model: nn.Module, family: str) -> dict[str, Any]:
 def _copy(
     dst: nn.Linear | nn.Module, weight: Tensor, bias: Tensor | None = None
 ) -> None:
+    """One layer's weight (and bias), refusing anything that does not fit exactly:
+    ``copy_`` would broadcast a wrong shape, and a bias on one side only would leave
+    the copy's at its random initial value or drop Hugging Face's."""
+    if tuple(weight.shape) != tuple(dst.weight.shape):
+        raise ValueError(
+            f"model's weights must fit the spec: a weight of shape "
+            f"{tuple(weight.shape)} goes where the copy holds {tuple(dst.weight.shape)}"
+        )
+    if (bias is None) != (getattr(dst, "bias", None) is None):
+        sides = ("Hugging Face's model", "the copy")
+        have, lack = sides if bias is not None else sides[::-1]
+        raise ValueError(
+            f"model's weights must fit the spec: a layer of shape "
+            f"{tuple(weight.shape)} has a bias in {have} and none in {lack} "
+            "(the spec's qkv_bias, out_bias or mlp_bias)"
+        )
     dst.weight.copy_(weight)
     if bias is not None:
         dst.bias.copy_(bias)
@@ -299,81 +300,94 @@ def _split_fused(weight: Tensor, bias: Tensor | None, heads: int) -> list:
     ]
 
 
-def load_weights(dst: Decoder, model: nn.Module) -> None:
-    """Copy every weight of the Hugging Face ``model`` into its copy ``dst``."""
-    s = dst.spec
-    family = s.family
-    if family == "llama":
-        base = model.model
-        dst.embed.weight.copy_(base.embed_tokens.weight)
-        dst.final_norm.weight.copy_(base.norm.weight)
-        for block, layer in zip(dst.blocks, base.layers, strict=True):
-            a, m = layer.self_attn, layer.mlp
-            block.norm1.weight.copy_(layer.input_layernorm.weight)
-            block.norm2.weight.copy_(layer.post_attention_layernorm.weight)
-            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-                _copy(
-                    getattr(block, name), getattr(a, name).weight, getattr(a, name).bias
-                )
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                _copy(
-                    getattr(block, name), getattr(m, name).weight, getattr(m, name).bias
-                )
-    elif family == "gpt2":
-        base = model.transformer
-        dst.embed.weight.copy_(base.wte.weight)
-        dst.position_embed.weight.copy_(base.wpe.weight)
-        _copy(dst.final_norm, base.ln_f.weight, base.ln_f.bias)
-        e = s.hidden_size
-        for block, layer in zip(dst.blocks, base.h, strict=True):
-            _copy(block.norm1, layer.ln_1.weight, layer.ln_1.bias)
-            _copy(block.norm2, layer.ln_2.weight, layer.ln_2.bias)
-            # Conv1D stores W as (in, out), x @ W + b: the transpose of Linear's weight
-            w, b = layer.attn.c_attn.weight, layer.attn.c_attn.bias  # (E, 3E), (3E,)
-            for j, name in enumerate(("q_proj", "k_proj", "v_proj")):
-                sl = slice(j * e, (j + 1) * e)
-                _copy(getattr(block, name), w[:, sl].t(), b[sl])
-            _copy(block.o_proj, layer.attn.c_proj.weight.t(), layer.attn.c_proj.bias)
-            _copy(block.up_proj, layer.mlp.c_fc.weight.t(), layer.mlp.c_fc.bias)
-            _copy(block.down_proj, layer.mlp.c_proj.weight.t(), layer.mlp.c_proj.bias)
-    else:  # gpt_neox and bloom: a fused query_key_value, head by head
-        if family == "gpt_neox":
-            base = model.gpt_neox
-            dst.embed.weight.copy_(base.embed_in.weight)
-            final, layers = base.final_layer_norm, base.layers
-        else:
-            base = model.transformer
-            dst.embed.weight.copy_(base.word_embeddings.weight)
-            _copy(
-                dst.embed_norm,
-                base.word_embeddings_layernorm.weight,
-                base.word_embeddings_layernorm.bias,
-            )
-            final, layers = base.ln_f, base.h
-        _copy(dst.final_norm, final.weight, final.bias)
-        for block, layer in zip(dst.blocks, layers, strict=True):
-            a = layer.attention if family == "gpt_neox" else layer.self_attention
-            _copy(block.norm1, layer.input_layernorm.weight, layer.input_layernorm.bias)
-            _copy(
-                block.norm2,
-                layer.post_attention_layernorm.weight,
-                layer.post_attention_layernorm.bias,
-            )
-            fused = _split_fused(
-                a.query_key_value.weight, a.query_key_value.bias, s.num_heads
-            )
-            for (w, b), name in zip(fused, ("q_proj", "k_proj", "v_proj"), strict=True):
-                _copy(getattr(block, name), w, b)
-            _copy(block.o_proj, a.dense.weight, a.dense.bias)
-            _copy(
-                block.up_proj,
-                layer.mlp.dense_h_to_4h.weight,
-                layer.mlp.dense_h_to_4h.bias,
-            )
-            _copy(
-                block.down_proj,
-                layer.mlp.dense_4h_to_h.weight,
-                layer.mlp.dense_4h_to_h.bias,
-            )
-    if not s.tied_embeddings:
+def _output(dst: Decoder, model: nn.Module) -> None:
+    """The output matrix, unless it is the (already copied) input embedding."""
+    if not dst.spec.tied_embeddings:
         dst.lm_head.weight.copy_(model.get_output_embeddings().weight)
+
+
+def load_llama(dst: Decoder, model: nn.Module) -> None:
+    """Llama's weights: every projection copies as it is (``nn.Linear`` both sides)."""
+    base = model.model
+    dst.embed.weight.copy_(base.embed_tokens.weight)
+    dst.final_norm.weight.copy_(base.norm.weight)
+    for block, layer in zip(dst.blocks, base.layers, strict=True):
+        a, m = layer.self_attn, layer.mlp
+        block.norm1.weight.copy_(layer.input_layernorm.weight)
+        block.norm2.weight.copy_(layer.post_attention_layernorm.weight)
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            _copy(getattr(block, name), getattr(a, name).weight, getattr(a, name).bias)
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            _copy(getattr(block, name), getattr(m, name).weight, getattr(m, name).bias)
+    _output(dst, model)
+
+
+def load_gpt2(dst: Decoder, model: nn.Module) -> None:
+    """GPT-2's weights: every ``Conv1D`` transposed, ``c_attn`` split by columns."""
+    base = model.transformer
+    dst.embed.weight.copy_(base.wte.weight)
+    dst.position_embed.weight.copy_(base.wpe.weight)
+    _copy(dst.final_norm, base.ln_f.weight, base.ln_f.bias)
+    e = dst.spec.hidden_size
+    for block, layer in zip(dst.blocks, base.h, strict=True):
+        _copy(block.norm1, layer.ln_1.weight, layer.ln_1.bias)
+        _copy(block.norm2, layer.ln_2.weight, layer.ln_2.bias)
+        # Conv1D stores W as (in, out), x @ W + b: the transpose of Linear's weight
+        w, b = layer.attn.c_attn.weight, layer.attn.c_attn.bias  # (E, 3E), (3E,)
+        for j, name in enumerate(("q_proj", "k_proj", "v_proj")):
+            sl = slice(j * e, (j + 1) * e)
+            _copy(getattr(block, name), w[:, sl].t(), b[sl])
+        _copy(block.o_proj, layer.attn.c_proj.weight.t(), layer.attn.c_proj.bias)
+        _copy(block.up_proj, layer.mlp.c_fc.weight.t(), layer.mlp.c_fc.bias)
+        _copy(block.down_proj, layer.mlp.c_proj.weight.t(), layer.mlp.c_proj.bias)
+    _output(dst, model)
+
+
+def load_fused(dst: Decoder, model: nn.Module) -> None:
+    """GPT-NeoX's and BLOOM's weights: a fused ``query_key_value``, head by head."""
+    s = dst.spec
+    if s.family == "gpt_neox":
+        base = model.gpt_neox
+        dst.embed.weight.copy_(base.embed_in.weight)
+        final, layers = base.final_layer_norm, base.layers
+    else:
+        base = model.transformer
+        dst.embed.weight.copy_(base.word_embeddings.weight)
+        _copy(
+            dst.embed_norm,
+            base.word_embeddings_layernorm.weight,
+            base.word_embeddings_layernorm.bias,
+        )
+        final, layers = base.ln_f, base.h
+    _copy(dst.final_norm, final.weight, final.bias)
+    for block, layer in zip(dst.blocks, layers, strict=True):
+        a = layer.attention if s.family == "gpt_neox" else layer.self_attention
+        _copy(block.norm1, layer.input_layernorm.weight, layer.input_layernorm.bias)
+        _copy(
+            block.norm2,
+            layer.post_attention_layernorm.weight,
+            layer.post_attention_layernorm.bias,
+        )
+        fused = _split_fused(
+            a.query_key_value.weight, a.query_key_value.bias, s.num_heads
+        )
+        for (w, b), name in zip(fused, ("q_proj", "k_proj", "v_proj"), strict=True):
+            _copy(getattr(block, name), w, b)
+        _copy(block.o_proj, a.dense.weight, a.dense.bias)
+        _copy(
+            block.up_proj, layer.mlp.dense_h_to_4h.weight, layer.mlp.dense_h_to_4h.bias
+        )
+        _copy(
+            block.down_proj,
+            layer.mlp.dense_4h_to_h.weight,
+            layer.mlp.dense_4h_to_h.bias,
+        )
+    _output(dst, model)
+
+
+LOADERS = {
+    "llama": load_llama,
+    "gpt2": load_gpt2,
+    "gpt_neox": load_fused,
+    "bloom": load_fused,
+}

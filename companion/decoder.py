@@ -31,13 +31,16 @@ rotation and its values, and each new token is one query at the next position. T
 is a value (a tuple of per-layer ``(key, value)`` pairs) that :meth:`Decoder.decode`
 takes and returns.
 
-What the copy does not implement raises :class:`ValueError` naming it: other
-architectures, sliding-window attention, RoPE types other than the five above
+Another family is ported by passing a :class:`Port` (how to read its config and copy
+its weights) to :func:`from_hf`; :data:`PORTS` holds the four above. What the copy does
+not implement raises :class:`ValueError` naming it: other architectures without a
+port, sliding-window attention, RoPE types other than the five above
 (``longrope``, ...), padding (an ``attention_mask`` with zeros), cross-attention.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +60,15 @@ from companion.extension import (
 from companion.norm import LayerNorm, RMSNorm
 from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
 
-__all__ = ["Decoder", "DecoderBlock", "DecoderSpec", "from_hf", "generate"]
+__all__ = [
+    "PORTS",
+    "Decoder",
+    "DecoderBlock",
+    "DecoderSpec",
+    "Port",
+    "from_hf",
+    "generate",
+]
 
 # ---- what a copy is made of ----------------------------------------------------------
 
@@ -546,8 +557,54 @@ def _check_attention_mask(attention_mask: object, input_ids: object) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Port:
+    r"""How :func:`from_hf` reads one family of Hugging Face causal LMs.
+
+    The extension point: a family the copy does not know becomes a :class:`Port` passed
+    as ``from_hf(model, port=...)``, with no change to this module. :data:`PORTS` holds
+    the four built in; the chapter's "Porting a fifth family" walks through one.
+
+    Args:
+        spec: ``spec(model) -> dict``, the :class:`DecoderSpec` fields read from
+            ``model.config``. It refuses (``ValueError``) every option the copy does
+            not implement, so nothing is silently dropped.
+        load: ``load(copy, model) -> None``, copies every weight of ``model`` into
+            ``copy`` (a :class:`Decoder` of that spec, on ``model``'s device and dtype;
+            :func:`from_hf` runs it under ``torch.no_grad``), with the family's
+            conversions (transposes, fused projections split, tied embeddings kept).
+        layers: where ``model`` keeps its list of decoder layers (``"model.layers"``):
+            :func:`from_hf` refuses a model whose list is not ``num_layers`` long.
+    """
+
+    spec: Callable[[nn.Module], dict[str, Any]]
+    load: Callable[[Decoder, nn.Module], None]
+    layers: str
+
+    def __post_init__(self) -> None:
+        _validate.callable_("spec", self.spec)
+        _validate.callable_("load", self.load)
+        _validate.instance(
+            "layers", self.layers, str, "the path of a layer list, e.g. 'model.layers'"
+        )
+
+
+def _port(family: str) -> Port:
+    return Port(
+        spec=lambda model: _hf_weights.spec_fields(model, family),
+        load=_hf_weights.LOADERS[family],
+        layers=_hf_weights.LAYERS[family],
+    )
+
+
+PORTS: dict[str, Port] = {name: _port(f) for name, f in ARCHITECTURES.items()}
+"""The Hugging Face classes :func:`from_hf` copies without being told how, each with
+its :class:`Port` (``LlamaForCausalLM``, ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``,
+``BloomForCausalLM``); a subclass of one of them is read as that class."""
+
+
 @torch.no_grad()
-def from_hf(model: nn.Module) -> Decoder:
+def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
     r"""Copy a Hugging Face causal LM into a :class:`Decoder` of ``companion``'s parts.
 
     Reads the architecture from ``model.config`` (:class:`DecoderSpec`), builds the copy
@@ -570,31 +627,55 @@ def from_hf(model: nn.Module) -> Decoder:
 
     Args:
         model: a ``LlamaForCausalLM``, ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM`` or
-            ``BloomForCausalLM``.
+            ``BloomForCausalLM`` (:data:`PORTS`), or any model ``port`` reads.
+        port: ``None`` (look ``model``'s class up in :data:`PORTS`) or a
+            :class:`Port` for another family.
 
     Returns:
         The copy; ``copy(input_ids)`` gives logits ``(B, L, vocab)`` equal to
         ``model(input_ids).logits`` up to float rounding.
 
     Raises:
-        TypeError: ``model`` is not an ``nn.Module``.
-        ValueError: another architecture, or a configuration this copy does not
-            implement (sliding-window attention, a RoPE type other than ``default``,
-            ``linear``, ``dynamic``, ``yarn``, ``llama3``; cross-attention; an unknown
-            activation).
+        TypeError: ``model`` is not an ``nn.Module``; ``port`` is not a :class:`Port`.
+        ValueError: another architecture and no ``port``; a configuration this copy
+            does not implement (sliding-window attention, a RoPE type other than
+            ``default``, ``linear``, ``dynamic``, ``yarn``, ``llama3``; cross-attention;
+            an unknown activation; BLOOM's ``slow_but_exact`` with
+            ``pretraining_tp > 1``); a layer list of another length than the config
+            says.
     """
     _validate.module("model", model)
-    names = [cls.__name__ for cls in type(model).__mro__]
-    family = next((ARCHITECTURES[n] for n in names if n in ARCHITECTURES), None)
-    if family is None:
+    if port is None:
+        names = [cls.__name__ for cls in type(model).__mro__]
+        port = next((PORTS[n] for n in names if n in PORTS), None)
+        if port is None:
+            raise ValueError(
+                f"model must be one of {', '.join(PORTS)} (or come with a port), got "
+                f"{type(model).__name__} (unsupported architecture)"
+            )
+    _validate.instance("port", port, Port, "a Port or None")
+    fields = port.spec(model)
+    _validate.instance("port.spec(model)", fields, dict, "a dict of DecoderSpec fields")
+    spec = DecoderSpec(**fields)
+    try:
+        layers = model.get_submodule(port.layers)
+    except AttributeError:
+        layers = None
+    if not isinstance(layers, nn.ModuleList):
         raise ValueError(
-            f"model must be one of {', '.join(ARCHITECTURES)}, got "
-            f"{type(model).__name__} (unsupported architecture)"
+            f"port.layers must name model's list of layers (an nn.ModuleList), got "
+            f"{port.layers!r}, which in a {type(model).__name__} is "
+            f"{'nothing' if layers is None else 'a ' + type(layers).__name__}"
         )
-    spec = DecoderSpec(**_hf_weights.spec_fields(model, family))
+    if len(layers) != spec.num_layers:
+        raise ValueError(
+            f"model must hold as many layers as its config says: {port.layers} has "
+            f"{len(layers)}, the config gives num_layers = {spec.num_layers} (a layer "
+            "list cut or grown after loading; set the config's count to copy those)"
+        )
     weight = model.get_input_embeddings().weight
     copy = Decoder(spec).to(device=weight.device, dtype=weight.dtype)
-    _hf_weights.load_weights(copy, model)
+    port.load(copy, model)
     return copy.eval()
 
 

@@ -529,6 +529,71 @@ def test_a_cut_layer_list_copies_once_the_config_says_so(name: str) -> None:
     torch.testing.assert_close(got, expected, atol=TOL, rtol=0)
 
 
+# ---- porting a fifth family: a Port -----------------------------------------------
+
+
+def _qwen2() -> nn.Module:
+    """Qwen2: Llama's block with biases on the query, key and value projections."""
+    cfg = transformers.Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        **IDS,
+    )
+    torch.manual_seed(0)
+    return randomize(transformers.Qwen2ForCausalLM(cfg))
+
+
+def _qwen2_spec(model: nn.Module) -> dict:
+    fields = decoder.PORTS["LlamaForCausalLM"].spec(model)
+    return {**fields, "family": "qwen2", "qkv_bias": True, "out_bias": False}
+
+
+QWEN2 = decoder.Port(
+    spec=_qwen2_spec, load=decoder.PORTS["LlamaForCausalLM"].load, layers="model.layers"
+)
+
+
+def test_a_port_copies_a_fifth_family() -> None:
+    hf = _qwen2()
+    ours = from_hf(hf, port=QWEN2)
+    ids = tokens(2, 24)
+    with torch.no_grad():
+        expected = hf(ids).logits
+        torch.testing.assert_close(ours(ids), expected, atol=TOL, rtol=0)
+    assert sum(p.numel() for p in ours.parameters()) == sum(
+        p.numel() for p in hf.parameters()
+    )
+    prompt = tokens(2, PROMPT, seed=2)
+    assert torch.equal(generate(ours, prompt, NEW), hf_generate(hf, prompt, NEW))
+    # the biases matter: without them the logits move far beyond the tolerance
+    no_bias = from_hf(_qwen2(), port=QWEN2)
+    for block in no_bias.blocks:
+        for proj in (block.q_proj, block.k_proj, block.v_proj):
+            proj.bias.data.zero_()
+    with torch.no_grad():
+        assert (no_bias(ids) - expected).abs().max() > 100 * TOL
+
+
+def test_the_built_in_ports_are_the_four_families() -> None:
+    assert list(decoder.PORTS) == [
+        "LlamaForCausalLM",
+        "GPT2LMHeadModel",
+        "GPTNeoXForCausalLM",
+        "BloomForCausalLM",
+    ]
+    hf = build("gpt2")  # the default port and the named one give the same copy
+    ids = tokens(1, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            from_hf(hf)(ids), from_hf(hf, port=decoder.PORTS["GPT2LMHeadModel"])(ids)
+        )
+
+
 # ---- unsupported architectures and options -------------------------------------------
 
 
@@ -953,26 +1018,95 @@ BAD_INPUTS = [
         "from_hf",
         lambda: from_hf(_truncated("llama")),
         ValueError,
-        r"model must hold as many layers as its config says: model.layers has 1, "
-        r"config.num_hidden_layers is 2",
+        r"model must hold as many layers as its config says: model.layers has 1, the "
+        r"config gives num_layers = 2",
     ),
     (
         "from_hf",
         lambda: from_hf(_truncated("gpt2")),
         ValueError,
-        r"transformer.h has 1, config.n_layer is 2",
+        r"transformer.h has 1, the config gives num_layers = 2",
     ),
     (
         "from_hf",
         lambda: from_hf(_truncated("neox")),
         ValueError,
-        r"gpt_neox.layers has 1, config.num_hidden_layers is 2",
+        r"gpt_neox.layers has 1, the config gives num_layers = 2",
     ),
     (
         "from_hf",
         lambda: from_hf(_truncated("bloom")),
         ValueError,
-        r"transformer.h has 1, config.n_layer is 2",
+        r"transformer.h has 1, the config gives num_layers = 2",
+    ),
+    # a Port: what it is made of, and a port that does not fit the model
+    (
+        "Port",
+        lambda: decoder.Port(spec={}, load=_qwen2_spec, layers="model.layers"),
+        TypeError,
+        r"spec must be callable, got a dict",
+    ),
+    (
+        "Port",
+        lambda: decoder.Port(spec=_qwen2_spec, load=None, layers="model.layers"),
+        TypeError,
+        r"load must be callable, got None",
+    ),
+    (
+        "Port",
+        lambda: decoder.Port(spec=_qwen2_spec, load=_qwen2_spec, layers=3),
+        TypeError,
+        r"layers must be the path of a layer list, e.g. 'model.layers', got 3",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(_qwen2()),
+        ValueError,
+        r"model must be one of LlamaForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, "
+        r"BloomForCausalLM \(or come with a port\), got Qwen2ForCausalLM",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(_qwen2(), port="llama"),
+        TypeError,
+        r"port must be a Port or None, got 'llama'",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(_qwen2(), port=decoder.PORTS["LlamaForCausalLM"]),
+        ValueError,
+        r"model's weights must fit the spec: a layer of shape \(32, 32\) has a bias in "
+        r"Hugging Face's model and none in the copy \(the spec's qkv_bias",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(_qwen2(), port=dataclasses.replace(QWEN2, layers="model.norm")),
+        ValueError,
+        r"port.layers must name model's list of layers \(an nn.ModuleList\), got "
+        r"'model.norm', which in a Qwen2ForCausalLM is a Qwen2RMSNorm",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(_qwen2(), port=dataclasses.replace(QWEN2, layers="model.h")),
+        ValueError,
+        r"got 'model.h', which in a Qwen2ForCausalLM is nothing",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(_qwen2(), port=dataclasses.replace(QWEN2, spec=lambda m: 1)),
+        TypeError,
+        r"port.spec\(model\) must be a dict of DecoderSpec fields, got 1",
+    ),
+    (
+        "from_hf",
+        lambda: from_hf(
+            _qwen2(),
+            port=dataclasses.replace(
+                QWEN2, spec=lambda m: {**_qwen2_spec(m), "out_bias": True}
+            ),
+        ),
+        ValueError,
+        r"has a bias in the copy and none in Hugging Face's model",
     ),
 ] + [("DecoderSpec", lambda c=c: _spec(**c[0]), c[1], c[2]) for c in SPEC_CASES]
 
@@ -987,7 +1121,7 @@ def test_bad_input_raises_a_clear_error(
         thunk()
 
 
-NO_BAD_INPUTS: dict[str, str] = {}
+NO_BAD_INPUTS = {"PORTS": "a mapping of the built-in ports, read, not called"}
 
 
 def test_validation_table_covers_the_public_api() -> None:
