@@ -47,7 +47,7 @@ def check_attention(attention: Callable[..., torch.Tensor]) -> Iterator[Case]:
     ``L != S``, and on ``d_k = 64`` where a missing scale changes the result a lot. An
     answer that scales ``query`` in place is judged on its result (it gets copies).
     Named mistakes: "missing 1/sqrt(d_k)", "softmax over the wrong axis", "divided by
-    d_k instead of sqrt(d_k)".
+    d_k instead of sqrt(d_k)", "forgot @ v" (the weights returned).
 
     Args:
         attention: a function ``attention(query, key, value) -> Tensor`` for
@@ -74,6 +74,12 @@ def check_attention(attention: Callable[..., torch.Tensor]) -> Iterator[Case]:
                 "divided by d_k instead of sqrt(d_k)",
                 "the scale is 1/sqrt(d_k): d_k ** -0.5, not 1 / d_k.",
                 _sdpa(q, k, v, scale=1.0 / width),
+            ),
+            Mistake(
+                "forgot @ v",
+                "you returned the attention weights, (..., L, S); the output is "
+                "those weights times the values: softmax(...) @ value, (..., L, Dv).",
+                torch.softmax(scores, dim=-1),
             ),
         ]
         yield Case(prop, inputs, _sdpa(q, k, v), mistakes)

@@ -26,7 +26,7 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable[..., object]) -> Iterator[Case
     Each layer stores a key and a value of ``head_dim`` numbers per *key/value* head and
     per token: :math:`2 \cdot n_\text{layers} \cdot H_{kv} \cdot D \cdot b \cdot T`. The
     answer may be a Python number or a 0-d tensor. Named mistakes: "counted the query
-    heads", "keys only", "one layer only".
+    heads", "keys only", "one layer only", "head_dim split across heads".
 
     Args:
         kv_cache_bytes: a function of six ints returning the number of bytes.
@@ -37,9 +37,11 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable[..., object]) -> Iterator[Case
     Raises:
         CheckError: naming the property that failed, the input, expected and got.
     """
-    # (layers, heads, kv heads, head_dim, bytes, tokens): Llama-2-7B, Llama-3-8B, MQA
+    # (layers, heads, kv heads, head_dim, bytes, tokens): GPT-2 medium, Llama-3-8B, MQA.
+    # No case has layers == heads: there "one layer only" and "head_dim split across
+    # heads" give the same number.
     for layers, heads, kv, dim, size, tokens in (
-        (32, 32, 32, 128, 2, 1),
+        (24, 16, 16, 64, 2, 1),
         (32, 32, 8, 128, 2, 4096),
         (2, 8, 1, 16, 4, 10),
     ):
@@ -60,6 +62,13 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable[..., object]) -> Iterator[Case
                 "one layer only",
                 f"every one of the {layers} layers has its own cache.",
                 _bytes(2 * kv * dim * size * tokens),
+            ),
+            Mistake(
+                "head_dim split across heads",
+                f"head_dim ({dim}) is already the width of ONE head (model width / "
+                "heads): each key/value head stores all of it, do not divide it by "
+                "the number of heads.",
+                _bytes(2 * layers * kv * dim * size * tokens / heads),
             ),
         ]
         if heads == kv:  # "counted the query heads" gives the right answer here

@@ -87,13 +87,23 @@ def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case
     Reference: :func:`companion.extension.ntk_aware_base`, :math:`b\,s^{D/(D-2)}`, to a
     relative ``1e-9`` (a Python float or a 0-d tensor). Named mistakes: "exponent
     head_dim instead of head_dim/(head_dim-2)", "base multiplied by the factor"
-    (exponent 1), "exponent inverted" (:math:`(D-2)/D`), "base divided by the factor".
+    (exponent 1), "exponent inverted" (:math:`(D-2)/D`), "base divided by the factor",
+    "computed in float32" (right to about 7 digits only).
 
     Args:
         ntk_aware_base: a function ``ntk_aware_base(base, factor, head_dim)``.
     """
     for b, s, d in ((10000.0, 4.0, 64), (500000.0, 8.0, 128), (10000.0, 2.0, 16)):
+        right = extension.ntk_aware_base(b, s, d)
         mistakes = [
+            Mistake(
+                "computed in float32",
+                "your value is right to float32 precision (about 7 digits) but not to "
+                "the 1e-9 asked: compute in Python floats or float64 (a float32 "
+                "tensor, or torch.tensor(base) with its default dtype, rounds it).",
+                _f64(right),
+                rtol=1e-6,  # float32 keeps 24 bits: 6e-8 relative per rounding
+            ),
             Mistake(
                 "exponent head_dim instead of head_dim/(head_dim-2)",
                 "the exponent is D/(D-2), chosen so that the lowest pair (i = D/2 - 1, "
@@ -122,7 +132,7 @@ def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case
         yield Case(
             "the lowest pair slowed by the factor, the highest unchanged",
             {"base": b, "factor": s, "head_dim": d},
-            _f64(extension.ntk_aware_base(b, s, d)),
+            _f64(right),
             mistakes,
             atol=0.0,
             rtol=1e-9,

@@ -160,7 +160,8 @@ def check_tiled_attention_intensity(
     :math:`K` and :math:`V` once per block of queries,
     :math:`b\,(2LD + 2LD\lceil L/B \rceil)`. Named mistakes: "K and V read only once"
     (the tiles of scores are on chip, but K and V come back for every query block),
-    "multiply-adds counted as one flop", "no ceiling for a partial block".
+    "multiply-adds counted as one flop", "standard attention's traffic" (the scores
+    written and read), "no ceiling for a partial block" (``L / B`` or ``L // B``).
 
     Args:
         tiled_attention_intensity: a function of four ints returning flops per byte.
@@ -171,10 +172,13 @@ def check_tiled_attention_intensity(
     Raises:
         CheckError: naming the property that failed, the input, expected and got.
     """
+    # Block sizes B != 2D: with B = 2D standard attention's traffic, b (4LD + 2L^2), is
+    # exactly twice the tiled count and could not be told from "multiply-adds counted
+    # as one flop". L = 1000, B = 96 gives ceil 11, floor 10 and L / B = 10.4 apart.
     cases = (
-        ("float32, blocks of 128", 4096, 64, 128, 4),
-        ("bfloat16 halves the bytes", 4096, 64, 128, 2),
-        ("a partial last block counts as a block", 1000, 64, 128, 4),
+        ("float32, blocks of 64", 4096, 64, 64, 4),
+        ("bfloat16 halves the bytes", 4096, 128, 64, 2),
+        ("a partial last block counts as a block", 1000, 64, 96, 4),
     )
     for prop, length, head_dim, block, size in cases:
         flops = performance.attention_flops(1, 1, length, length, head_dim)
@@ -205,15 +209,25 @@ def check_tiled_attention_intensity(
                 _f64(flops / 2 / moved(blocks)),
             ),
         ]
-        if length % block:
-            mistakes.append(
-                Mistake(
-                    "no ceiling for a partial block",
-                    "a last, partial block of queries still reads all of K and V: use "
-                    "ceil(L / B) blocks.",
-                    _f64(flops / moved(length / block)),
-                )
+        mistakes.append(
+            Mistake(
+                "standard attention's traffic",
+                "that counts the L x L scores written and read back, as standard "
+                "attention does; tiling keeps them on chip: count Q and the output "
+                "once and K and V once per block of queries.",
+                _f64(flops / (size * (4 * length * head_dim + 2 * length * length))),
             )
+        )
+        if length % block:
+            for k_blocks in (length / block, length // block):
+                mistakes.append(
+                    Mistake(
+                        "no ceiling for a partial block",
+                        "a last, partial block of queries still reads all of K and V: "
+                        f"use ceil(L / B) = {blocks} blocks, not {k_blocks:g}.",
+                        _f64(flops / moved(k_blocks)),
+                    )
+                )
         yield Case(
             prop, inputs, _f64(flops / moved(blocks)), mistakes, atol=0.0, rtol=1e-6
         )

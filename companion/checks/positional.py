@@ -158,7 +158,7 @@ def check_wavelengths(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
 
     Reference: :func:`companion.positional.sinusoidal_wavelengths`. Named mistakes:
     "frequency instead of wavelength", "wavelength without the 2*pi", "exponent i/D
-    instead of 2i/D".
+    instead of 2i/D", "one wavelength per dimension" (D values, not D/2).
 
     Args:
         fn: a function ``fn(dim)`` returning a tensor of shape ``(D // 2,)``.
@@ -182,6 +182,20 @@ def check_wavelengths(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
                 "exponent i/D instead of 2i/D",
                 "w_i = 10000**(-2i/D) for the pair index i = 0 .. D/2-1.",
                 2.0 * torch.pi * 10000.0 ** (i / dim),
+            ),
+            Mistake(
+                "one wavelength per dimension",
+                f"the two columns of a pair share one frequency: return D/2 = "
+                f"{dim // 2} wavelengths, one per pair i = 0 .. D/2-1, not {dim}.",
+                2.0
+                * torch.pi
+                * 10000.0 ** (2 * torch.arange(dim, dtype=torch.float64) / dim),
+            ),
+            Mistake(
+                "one wavelength per dimension",
+                f"the two columns of a pair share one frequency: return D/2 = "
+                f"{dim // 2} wavelengths, one per pair, not {dim} (one per column).",
+                (2.0 * torch.pi / omega).repeat_interleave(2),
             ),
         ]
         yield Case(

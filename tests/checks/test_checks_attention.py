@@ -261,3 +261,11 @@ def test_tiled_attention_names(named) -> None:
 
     with pytest.raises(checks.CheckError, match="NaN or inf"):
         checks.check_tiled_attention(no_max)
+
+
+def test_attention_names_forgot_at_v(named) -> None:
+    def weights_only(query, key, value):
+        d = query.shape[-1]
+        return torch.softmax(query @ key.mT / d**0.5, dim=-1)
+
+    named(lambda: checks.check_attention(weights_only), "forgot @ v")

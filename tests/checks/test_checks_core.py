@@ -439,3 +439,81 @@ def test_every_checker_is_in_a_chapter_module_and_re_exported() -> None:
     for module in chapters:
         for name in module.__all__:
             assert getattr(checks, name) is getattr(module, name)
+
+
+# ---- what a learner sees in Jupyter ------------------------------------------------
+
+
+def test_a_pass_prints_one_line_and_shows_no_out(capsys) -> None:
+    result = check_double(lambda x, n: 2 * x)
+    assert capsys.readouterr().out == "✓ check_double: all 2 cases pass\n"
+    assert result and result == True  # noqa: E712 - compares equal to the bool
+    assert result._ipython_display_() is None  # IPython shows nothing: no Out[]
+
+
+def test_a_check_error_renders_as_two_lines_in_ipython() -> None:
+    with pytest.raises(CheckError) as info:
+        check_double(lambda x, n: 3 * x)
+    lines = info.value._render_traceback_()
+    assert len(lines) == 2
+    assert "check_double" in lines[0] and "values differ" in lines[0]
+    assert "expected" in lines[1] and "got" in lines[1]
+    assert "_core.py" not in "".join(lines)
+
+
+@checker
+def check_matrix(fn) -> object:
+    x = torch.arange(12.0).reshape(3, 4)
+    yield Case("returns the matrix", {"x": x}, x)
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (lambda x: x.T, r"another order \(axes \[0, 1\]"),
+        (lambda x: x[:, :2], "axis 1 has length 2 where 4 is expected"),
+        (lambda x: torch.cat([x, x], 1), r"axis 1 has length 8 .*twice as long"),
+        (lambda x: x.sum(0), "1 axis fewer"),
+        (lambda x: x[None], "1 axis more"),
+    ],
+)
+def test_a_shape_mismatch_names_the_axis(answer, words) -> None:
+    with pytest.raises(CheckError, match=words):
+        check_matrix(answer)
+
+
+def test_the_preview_starts_where_the_values_first_differ() -> None:
+    def late(x):
+        y = x.clone()
+        y[2, 1] += 1.0  # flat index 9
+        return y
+
+    with pytest.raises(CheckError) as info:
+        check_matrix(late)
+    assert "1 of 12 values differ" in str(info.value)
+    assert "from flat index 6" in info.value.got  # the last 6 values hold index 9
+
+
+def test_numpy_and_lists_are_compared_by_value() -> None:
+    assert check_matrix(lambda x: x.numpy())
+    assert check_matrix(lambda x: x.tolist())
+
+
+@checker
+def check_dtype64(fn) -> object:
+    yield Case(
+        "float64", {"n": 3}, torch.zeros(3, dtype=torch.float64), check_dtype=True
+    )
+
+
+def test_a_dtype_the_exercise_asks_for_is_named() -> None:
+    with pytest.raises(CheckError, match="asks for float64; your answer is float32"):
+        check_dtype64(lambda n: torch.zeros(n))
+
+
+def test_a_batched_transpose_gets_a_named_hint() -> None:
+    def k_dot_t(query, key, value):
+        return torch.softmax(query @ key.T, dim=-1) @ value
+
+    with pytest.warns(UserWarning), pytest.raises(CheckError, match=r"x\.mT"):
+        checks.check_attention(k_dot_t)

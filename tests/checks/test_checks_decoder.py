@@ -136,3 +136,12 @@ def test_cached_attention_names(named) -> None:
     named(lambda: checks.check_cached_attention(top_left), "top-left causal mask")
     named(lambda: checks.check_cached_attention(unscaled), "no 1/sqrt(D) scale")
     named(lambda: checks.check_cached_attention(first), "new key put first")
+
+
+def test_kv_cache_bytes_names_head_dim_split_across_heads(named) -> None:
+    named(
+        lambda: checks.check_kv_cache_bytes(
+            lambda n, h, kv, d, b, t: 2 * n * kv * (d // h) * b * t
+        ),
+        "head_dim split across heads",
+    )

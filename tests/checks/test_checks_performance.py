@@ -146,3 +146,19 @@ def test_stub_is_not_attempted(check, capsys) -> None:
 
     assert check(stub).passed is False
     assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_tiled_attention_intensity_names_floor_and_standard_traffic(named) -> None:
+    def floor_blocks(length, head_dim, block, size):
+        moved = size * (
+            2 * length * head_dim + 2 * length * head_dim * (length // block)
+        )
+        return 4 * length**2 * head_dim / moved
+
+    def standard(length, head_dim, block, size):
+        moved = size * (4 * length * head_dim + 2 * length * length)
+        return 4 * length**2 * head_dim / moved
+
+    check = checks.check_tiled_attention_intensity
+    named(lambda: check(floor_blocks), "no ceiling for a partial block")
+    named(lambda: check(standard), "standard attention's traffic")

@@ -331,3 +331,20 @@ def test_normalized_positions_names(named) -> None:
         lambda: checks.check_normalized_positions(lambda n: (torch.arange(n) + 1) / n),
         "positions counted from 1",
     )
+
+
+def test_wavelengths_names_one_per_dimension(named) -> None:
+    def per_dimension(dim):
+        i = torch.arange(dim, dtype=torch.float64)
+        return 2 * torch.pi * 10000.0 ** (2 * i / dim)
+
+    named(
+        lambda: checks.check_wavelengths(per_dimension), "one wavelength per dimension"
+    )
+
+
+def test_shift_matrix_row_form_rotation_is_not_called_the_column_vector_one() -> None:
+    with pytest.raises(checks.CheckError) as info:
+        checks.check_shift_matrix(lambda k, d: positional.shift_matrix(k, d).mT)
+    assert "row-form rotation R(b)" in str(info.value)
+    assert "you built the column-vector" not in str(info.value)
