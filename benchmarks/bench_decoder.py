@@ -110,8 +110,8 @@ def main() -> None:
         f"From S = {first['length']} to S = {last['length']} "
         f"({last['length'] / first['length']:.0f}x longer) the step without cache "
         "takes "
-        f"{last['without_ms'] / first['without_ms']:.1f}x longer, the cached step "
-        f"{last['with_ms'] / first['with_ms']:.1f}x."
+        f"{last['without_ms'] / first['without_ms']:.1f}x as long, the cached step "
+        f"{last['with_ms'] / first['with_ms']:.1f}x as long."
     )
     report.goal(
         "the cached step is faster than recomputation at every length, same logits",
