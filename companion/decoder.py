@@ -207,6 +207,10 @@ def _check_rope(spec: DecoderSpec) -> None:
             "rope['original_max_position_embeddings']",
             p.get("original_max_position_embeddings"),
         )
+    if kind == "yarn":  # optional: Hugging Face's defaults when absent or None
+        for key in ("beta_fast", "beta_slow", "attention_factor"):
+            v.optional(v.positive_real, f"rope['{key}']", p.get(key))
+        v.optional(v.flag, "rope['truncate']", p.get("truncate"))
     if kind == "llama3":
         v.positive_real("rope['low_freq_factor']", p.get("low_freq_factor"))
         v.positive_real("rope['high_freq_factor']", p.get("high_freq_factor"))

@@ -773,6 +773,19 @@ SPEC_CASES = [
         r"rope\['factor'\] must be a real number, got None",
     ),
     (
+        dict(
+            rope={
+                "rope_type": "yarn",
+                "rope_theta": 1e4,
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+                "beta_fast": "32",
+            }
+        ),
+        TypeError,
+        r"rope\['beta_fast'\] must be a real number, got '32'",
+    ),
+    (
         dict(rope={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}),
         TypeError,
         r"rope\['original_max_position_embeddings'\] must be an int, got None",
