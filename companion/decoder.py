@@ -140,10 +140,9 @@ def _check_spec(spec: DecoderSpec) -> None:
     def put(name: str, value: object) -> None:  # the record is frozen
         object.__setattr__(spec, name, value)
 
-    if not isinstance(spec.family, str) or not spec.family:
-        raise TypeError(
-            f"family must be a non-empty str, got {v.describe(spec.family)}"
-        )
+    v.instance("family", spec.family, str, "a str (the family's name)")
+    if not spec.family:
+        raise ValueError("family must be a non-empty str, got ''")
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "head_dim"):
         put(name, v.positive_int(name, getattr(spec, name)))
     put(

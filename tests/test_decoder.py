@@ -690,7 +690,8 @@ def _spec(**changes: object) -> decoder.DecoderSpec:
 
 # DecoderSpec: every field checked, naming it (changes to the llama-gqa spec)
 SPEC_CASES = [
-    (dict(family=""), TypeError, r"family must be a non-empty str, got ''"),
+    (dict(family=""), ValueError, r"family must be a non-empty str, got ''"),
+    (dict(family=None), TypeError, r"family must be a str \(the family's name\)"),
     (dict(vocab_size=-1), ValueError, r"vocab_size must be a positive int, got -1"),
     (dict(num_heads=0), ValueError, r"num_heads must be a positive int, got 0"),
     (dict(num_layers=2.0), TypeError, r"num_layers must be an int, got 2.0"),
