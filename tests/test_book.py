@@ -352,3 +352,121 @@ def test_book_extra_is_what_the_environment_report_checks() -> None:
         and DISTRIBUTION.get(m, m).lower() not in checked
     ]
     assert not unchecked, f"environment_report does not check {unchecked}"
+
+
+# --- the outline: no section is lost silently ----------------------------------------
+OUTLINE = ROOT / "tests" / "book_outline.txt"
+OUTLINE_HELP = (
+    "if the change is on purpose, regenerate the pinned outline with "
+    "`python tests/test_book.py --update-outline` and commit tests/book_outline.txt"
+)
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
+_HEADING = re.compile(r"^(#{1,3})\s+(.+?)\s*#*\s*$")
+_TARGET = re.compile(r"^\((?P<label>[^()\s]+)\)=\s*$")
+
+
+def outline(nb: dict) -> list[str]:
+    """The chapter's `#`..`###` headings and `(label)=` targets, in reading order.
+
+    Code fences (```python, ``` and the like) are skipped; MyST directive fences
+    (```{note}) are read, since their body is markdown.
+    """
+    entries: list[str] = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        fence: str | None = None
+        for line in source(cell).splitlines():
+            match = _FENCE.match(line)
+            if match:
+                if fence is None and not match.group(2).strip().startswith("{"):
+                    fence = match.group(1)
+                elif fence is not None and line.strip() == fence:
+                    fence = None
+                continue
+            if fence is not None:
+                continue
+            if heading := _HEADING.match(line):
+                entries.append(f"{heading.group(1)} {heading.group(2)}")
+            elif target := _TARGET.match(line.strip()):
+                entries.append(f"({target.group('label')})=")
+    return entries
+
+
+def outline_lines(notebooks: list[Path] = NOTEBOOKS) -> list[str]:
+    return [f"{nb.name} | {entry}" for nb in notebooks for entry in outline(load(nb))]
+
+
+def pinned_outline() -> dict[str, list[str]]:
+    pinned: dict[str, list[str]] = {}
+    for line in OUTLINE.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#!"):
+            name, _, entry = line.partition(" | ")
+            pinned.setdefault(name, []).append(entry)
+    return pinned
+
+
+def outline_difference(name: str, now: list[str], pinned: list[str]) -> str:
+    """'' when equal, else which headings/targets the chapter lost, gained or moved."""
+    if now == pinned:
+        return ""
+    lost = [e for e in pinned if e not in now]
+    gained = [e for e in now if e not in pinned]
+    parts = [f"book/{name}:"]
+    if lost:
+        parts.append(f"lost {lost}")
+    if gained:
+        parts.append(f"gained {gained}")
+    if not lost and not gained:
+        parts.append("the same headings in another order")
+    return " ".join(parts) + f" ({OUTLINE_HELP})"
+
+
+def test_outline_file_is_pinned() -> None:
+    assert OUTLINE.is_file(), f"{OUTLINE} is missing ({OUTLINE_HELP})"
+    names = set(pinned_outline())
+    assert names == set(NB_IDS), (
+        f"the pinned outline lists {sorted(names ^ set(NB_IDS))} that are not both "
+        f"pinned and chapters ({OUTLINE_HELP})"
+    )
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
+def test_chapter_keeps_its_sections(nb_path: Path) -> None:
+    """Every heading and `(label)=` target pinned in tests/book_outline.txt is still there."""
+    message = outline_difference(
+        nb_path.name, outline(load(nb_path)), pinned_outline().get(nb_path.name, [])
+    )
+    assert not message, message
+
+
+def test_outline_reader_sees_headings_and_targets_but_not_code() -> None:
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": "(ch-x)=\n# Title\n\n## Part\ntext"},
+            {"cell_type": "code", "source": "# ## not a heading"},
+            {"cell_type": "markdown", "source": "```python\n# comment\n```\n### Sub"},
+            {
+                "cell_type": "markdown",
+                "source": "```{note}\n## In a note\n```\n#### Deep",
+            },
+        ]
+    }
+    assert outline(nb) == ["(ch-x)=", "# Title", "## Part", "### Sub", "## In a note"]
+    lost = outline_difference("x.ipynb", ["# Title"], ["# Title", "## Part"])
+    assert "book/x.ipynb: lost ['## Part']" in lost
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--update-outline"]:
+        sys.exit("usage: python tests/test_book.py --update-outline")
+    OUTLINE.write_text(
+        "#! Headings (#..###) and (label)= targets of every chapter, pinned by\n"
+        "#! tests/test_book.py; regenerate: python tests/test_book.py --update-outline\n"
+        + "\n".join(outline_lines())
+        + "\n",
+        encoding="utf-8",
+    )
+    print(f"wrote {OUTLINE.relative_to(ROOT)}: {len(outline_lines())} entries")
