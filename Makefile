@@ -21,7 +21,8 @@ CACHE_INPUTS = $(sort $(wildcard companion/*.py)) requirements.txt
 CACHE_KEY    := _build/.companion-key
 NOTEBOOKS     = $(sort $(wildcard book/*.ipynb))
 
-.PHONY: help venv book book-strict test lint strip-check unit notebooks browser pdf pdf-check bench clean lab
+.PHONY: help venv book book-strict test lint strip-check unit notebooks browser pdf pdf-check bench clean lab \
+	install-check
 
 help:
 	@echo "make book   - set up .venv and build the HTML book (every chapter executed)"
@@ -29,12 +30,19 @@ help:
 	@echo "make bench  - run the benchmarks in benchmarks/ (writes benchmarks/results/)"
 	@echo "make pdf    - print the whole book to _build/pdf/book.pdf (after make book)"
 	@echo "make lab    - set up .venv and open JupyterLab on the chapters"
+	@echo "make install-check - does requirements.txt resolve on macOS, Windows, Linux (network)"
 	@echo "make clean  - remove _build (keeps .venv)"
 
 # --- set-up ---------------------------------------------------------------------------------
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@# Linux: torch's CPU build first (PyPI's is the CUDA build; see requirements.txt)
+	@if [ "$$(uname -s)" = Linux ]; then \
+		$(PY) -m pip install --quiet --disable-pip-version-check \
+			--extra-index-url https://download.pytorch.org/whl/cpu \
+			"$$(grep '^torch==' requirements.txt)"; \
+	fi
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	@touch $(STAMP)
 
@@ -112,6 +120,11 @@ bench: venv
 	@set -e; for script in $(sort $(wildcard benchmarks/bench_*.py)); do \
 		echo "== $$script"; $(PY) $$script $(BENCH_ARGS); \
 	done
+
+# Does requirements.txt resolve, wheels only, for macOS arm64, Windows and Linux against
+# what PyPI serves? Needs the network (skips cleanly offline), so not part of make test.
+install-check: venv
+	$(PY) scripts/check_install.py
 
 clean:
 	rm -rf _build
