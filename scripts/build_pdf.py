@@ -130,7 +130,14 @@ MAKE_BOOK = r"""(book) => {
             while (section && section.tagName !== 'SECTION') section = section.nextElementSibling;
             if (!section) { stats.missing.push(doc); continue; }
             section.classList.add('book-chapter');
-            chapters.push({doc, section, part: partSection, marker: span});
+            // links to the chapter land on its title: the marker span before it stays on
+            // the previous page, and section ids repeat across chapters ("references")
+            const heading = section.querySelector(':scope > h1, :scope > h2');
+            if (heading) {
+                heading.id = 'book-chapter-' + (chapters.length + 1);
+                span.bookHeading = heading;
+            }
+            chapters.push({doc, section, part: partSection, marker: heading || span});
         }
     }
     // the root page (the intro) is a chapter too, before the first part
@@ -198,6 +205,7 @@ MAKE_BOOK = r"""(book) => {
             if (m) target = byId('document-' + m[1]);
         }
         if (target) {
+            if (target.bookHeading) target = target.bookHeading;
             if (!target.id) target.id = 'book-target-' + stats.internal;
             a.setAttribute('href', '#' + target.id);
             stats.internal += 1;
@@ -242,7 +250,6 @@ MAKE_BOOK = r"""(book) => {
             lastPart = chapter.part;
         }
         const h1 = chapter.section.querySelector(':scope > h1, :scope > h2');
-        // the chapter's marker: section ids repeat across chapters ("references")
         entry('book-contents-chapter', chapter.marker.id, text(h1));
     }
     front.appendChild(titlePage);

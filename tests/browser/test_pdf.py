@@ -386,8 +386,11 @@ def test_solutions_are_collected_at_the_end_of_their_chapter() -> None:
     expected = [_squash(_title(p)) for p in _toc_files() if p.stem in solutions]
     missing = [t for t in expected if not any(t in w for w in with_solutions)]
     assert not missing, f"chapters with solutions but no Solutions section: {missing}"
-    text = _squash(_pdf_text())
-    assert (
-        text.count("Solutionattheendofthechapter")
-        >= sum(map(len, solutions.values())) // 2
+    # every exercise with a solution links to it
+    blocks = sum(
+        len(re.findall(r"\{solution(?:-start)?\}", c["source"]))
+        for p in _toc_files()
+        for c in _cells(p)
     )
+    links = _squash(_pdf_text()).count("Solutionattheendofthechapter")
+    assert blocks and links == blocks, f"{links} links to solutions, {blocks} solutions"
