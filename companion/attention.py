@@ -596,27 +596,27 @@ class MultiHeadAttention(nn.Module):
 
     .. code-block:: text
 
-        (B, L, E) -> q_proj -> (B, L, H, E/H) -> transpose -> (B, H, L, E/H)
-        attend per head -> (B, H, L, E/H) -> transpose, merge -> (B, L, E) -> out_proj
+        (B, L, D) -> q_proj -> (B, L, H, D/H) -> transpose -> (B, H, L, D/H)
+        attend per head -> (B, H, L, D/H) -> transpose, merge -> (B, L, D) -> out_proj
 
     The four projections are separate :class:`torch.nn.Linear` layers (like Hugging Face
     models and nanoGPT's split of ``c_attn``); :meth:`load_torch_weights` copies them
     from a :class:`torch.nn.MultiheadAttention`, which packs ``W_Q, W_K, W_V`` row-wise
-    into one ``in_proj_weight`` of shape ``(3E, E)``.
+    into one ``in_proj_weight`` of shape ``(3D, D)``.
 
     Args:
-        embed_dim: model width ``E``.
+        embed_dim: model width ``D``.
         num_heads: number of heads ``H``; must divide ``embed_dim``.
         bias: add biases to the four projections.
         device: where to create the parameters.
         dtype: dtype of the parameters.
 
     Shape:
-        query: ``(B, L, E)``.
-        key: ``(B, S, E)``.
-        value: ``(B, S, E)``.
+        query: ``(B, L, D)``.
+        key: ``(B, S, D)``.
+        value: ``(B, S, D)``.
         mask: broadcastable to ``(B, H, L, S)``, ``True`` = may attend.
-        output: ``(B, L, E)``.
+        output: ``(B, L, D)``.
     """
 
     def __init__(
@@ -649,7 +649,7 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.num_heads, self.head_dim).transpose(
             1, 2
-        )  # (B, H, T, E/H)
+        )  # (B, H, length, D/H)
 
     def forward(
         self,
@@ -660,7 +660,7 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
     ) -> torch.Tensor:
-        """Attend from ``query`` to ``key``/``value`` (all ``(B, length, E)``).
+        """Attend from ``query`` to ``key``/``value`` (all ``(B, length, D)``).
 
         The inputs must have the parameters' dtype and device; ``mask`` broadcasts to
         ``(B, H, L, S)`` (see :func:`scaled_dot_product_attention`).
@@ -679,12 +679,12 @@ class MultiHeadAttention(nn.Module):
             B, L, S = query.shape[0], query.shape[1], key.shape[1]
             shape = (B, self.num_heads, L, S)
             mask = _validate.mask("mask", mask, shape, "query", query)
-        q = self._split(self.q_proj(query))  # (B, H, L, E/H)
-        k = self._split(self.k_proj(key))  # (B, H, S, E/H)
-        v = self._split(self.v_proj(value))  # (B, H, S, E/H)
-        out = self.attend(q, k, v, mask=mask, is_causal=is_causal)  # (B, H, L, E/H)
+        q = self._split(self.q_proj(query))  # (B, H, L, D/H)
+        k = self._split(self.k_proj(key))  # (B, H, S, D/H)
+        v = self._split(self.v_proj(value))  # (B, H, S, D/H)
+        out = self.attend(q, k, v, mask=mask, is_causal=is_causal)  # (B, H, L, D/H)
         B, H, L, Dh = out.shape
-        out = out.transpose(1, 2).reshape(B, L, H * Dh)  # (B, L, E): heads side by side
+        out = out.transpose(1, 2).reshape(B, L, H * Dh)  # (B, L, D): heads side by side
         return self.out_proj(out)
 
     def attend(
@@ -706,7 +706,7 @@ class MultiHeadAttention(nn.Module):
         ``get_scores``).
 
         Shape:
-            query: ``(B, H, L, E/H)``; key, value: ``(B, H, S, E/H)``; output like
+            query: ``(B, H, L, D/H)``; key, value: ``(B, H, S, D/H)``; output like
                 query.
         """
         return scaled_dot_product_attention(
