@@ -1,0 +1,276 @@
+"""The chapters as a learner sees them in JupyterLab, with the project's environment.
+
+Starts ``jupyter lab`` from the running interpreter's environment (``.venv``) on a free
+127.0.0.1 port with a random token, on a temporary copy of ``book/`` (nothing in the
+repository is opened for writing), with its own config, data, runtime, workspace and
+settings folders (notebook windowing off, so every cell is in the page). Each chapter is
+opened in headless Chromium and its rendered Markdown cells are read, MathJax/KaTeX's
+hidden TeX source and the code editors left out:
+
+* no raw MyST is visible: ``:label:``, ``{ref}``, ``{cite``, ``\\begin{``,
+  ``{exercise}``, ``{prf:``...; the book's MyST renders through ``jupyterlab-myst``;
+* every exercise's title is shown;
+* a solution is folded (its cells collapsed) until its placeholder is clicked.
+
+Screenshots of chapter 02 go to ``_build/jupyterlab/``. ``JUPYTERLAB_WITHOUT_MYST=1``
+runs the same checks with the ``jupyterlab-myst`` extension disabled, to show what they
+catch. Run with ``pytest tests/browser/test_jupyterlab.py --browser`` (``make browser``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BOOK = ROOT / "book"
+CHAPTERS = sorted(p.name for p in BOOK.glob("[0-9][0-9]_*.ipynb"))
+SHOTS = ROOT / "_build" / "jupyterlab"
+JUPYTER = Path(sys.executable).with_name("jupyter")
+RAW = (
+    ":label:",
+    "{ref}",
+    "{cite",
+    "{numref}",
+    "{eq}",
+    "{prf:",
+    "{exercise}",
+    "{solution",
+    "{admonition}",
+    "{literalinclude}",
+    "\\begin{",
+)
+# a cross-reference left as its bare target name ("ch-rope", "ex-rope-frequencies")
+LABEL = re.compile(
+    r"(?<![\w/.-])(?:ch|ex|thm|fig|eq|sec|tab)-[a-z0-9]+(?:-[a-z0-9]+)*\b"
+)
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run"]
+
+pytestmark = pytest.mark.browser
+
+
+def _chromium() -> str | None:
+    for path in (
+        os.environ.get("CHROMIUM"),
+        "/usr/bin/chromium",
+        shutil.which("chromium"),
+    ):
+        if path and Path(path).is_file():
+            return path
+    return None
+
+
+def _skip_or_fail(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (under CI this is a failure, not a skip)")
+    pytest.skip(reason)
+
+
+# The text a learner reads in each Markdown cell: TeX sources kept for screen readers,
+# scripts, toolbars and the (hidden) editor left out.
+CELL_TEXT = """() => [...document.querySelectorAll('.jp-MarkdownCell')].map(cell => {
+  const skip = 'annotation, .katex-mathml, mjx-assistive-mml, script, style, '
+    + '.jp-InputArea-editor, .jp-cell-toolbar, .jp-InputPlaceholder';
+  const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT, {
+    acceptNode: n => n.parentElement.closest(skip)
+      ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+  let text = '';
+  while (walk.nextNode()) text += walk.currentNode.nodeValue;
+  const placeholder = cell.querySelector('.jp-InputPlaceholder');
+  return {text, folded: placeholder ? placeholder.textContent : null};
+})"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _exercise_titles(chapter: str) -> list[str]:
+    nb = json.loads((BOOK / chapter).read_text())
+    titles = []
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        for m in re.finditer(r"```\{exercise\}[ \t]*(.*)", source):
+            titles.append(m.group(1).strip())
+    return titles
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if not JUPYTER.is_file():
+        _skip_or_fail(f"no jupyter next to {sys.executable}")
+    home = tmp_path_factory.mktemp("jupyterlab")
+    shutil.copytree(BOOK, home / "book")
+    settings = home / "settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    config = home / "config"
+    if os.environ.get("JUPYTERLAB_WITHOUT_MYST"):
+        (config / "labconfig").mkdir(parents=True)
+        (config / "labconfig" / "page_config.json").write_text(
+            json.dumps({"disabledExtensions": {"jupyterlab-myst": True}})
+        )
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(config),
+        JUPYTER_DATA_DIR=str(home / "data"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+    )
+    log = (home / "jupyterlab.log").open("w")
+    server = subprocess.Popen(
+        [
+            str(JUPYTER),
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={home / 'book'}",
+            f"--LabApp.workspaces_dir={home / 'workspaces'}",
+            f"--LabApp.user_settings_dir={home / 'settings'}",
+            "--LabApp.extension_manager=readonly",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None:
+                    pytest.fail(f"jupyter lab exited: {(home / 'jupyterlab.log')}")
+                time.sleep(0.5)
+        else:
+            pytest.fail("jupyter lab did not answer within 2 minutes")
+        yield f"{base}/lab/tree/{{}}?token={token}&reset"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(lab: str) -> Iterator[object]:
+    executable = _chromium()
+    if executable is None:
+        _skip_or_fail("no Chromium found (install Debian's `chromium` package)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        pg = context.new_page()
+        pg.set_default_timeout(120_000)
+        yield pg
+        browser.close()
+
+
+def _open(page: object, lab: str, chapter: str) -> list[dict]:
+    """Open ``chapter`` and wait until its Markdown cells' text stops changing."""
+    page.goto(lab.format(chapter))
+    page.wait_for_selector(".jp-Notebook .jp-MarkdownCell")
+    cells, last = [], None
+    for _ in range(40):
+        cells = page.evaluate(CELL_TEXT)
+        if cells == last and any(c["text"].strip() for c in cells):
+            break
+        last = cells
+        page.wait_for_timeout(1000)
+    return cells
+
+
+_SEEN: dict[str, list[dict]] = {}
+
+
+def _cells(page: object, lab: str, chapter: str) -> list[dict]:
+    """The chapter's rendered Markdown cells, each chapter opened once per session."""
+    if chapter not in _SEEN:
+        _SEEN[chapter] = _open(page, lab, chapter)
+        if chapter.startswith("02_"):
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "02_rope-top.png"))
+    return _SEEN[chapter]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_reads_as_the_book_in_jupyterlab(page, lab, chapter) -> None:
+    cells = _cells(page, lab, chapter)
+    shown = "\n".join(c["text"] for c in cells)
+    raw = [
+        f"{pattern!r} in: ...{shown[max(0, i - 50) : i + 60]!r}..."
+        for pattern in RAW
+        if (i := shown.find(pattern)) >= 0
+    ]
+    assert not raw, f"{chapter}: raw MyST visible in JupyterLab:\n" + "\n".join(raw)
+    missing = [t for t in _exercise_titles(chapter) if t not in shown]
+    assert not missing, f"{chapter}: exercise titles not shown: {missing}"
+    folded = [c for c in cells if c["folded"] is not None]
+    assert len(folded) >= len(_exercise_titles(chapter)), (
+        f"{chapter}: {len(folded)} folded Markdown cells for "
+        f"{len(_exercise_titles(chapter))} exercises: solutions are not folded"
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a {ref} to another chapter has no target inside one notebook, so "
+    "jupyterlab-myst shows the bare label ('ch-rope'); the chapters' references need "
+    "their link text written out, {ref}`rotary embeddings <ch-rope>` (chapter owners)",
+)
+def test_cross_references_read_as_text(page, lab) -> None:
+    bare = []
+    for chapter in CHAPTERS:
+        shown = "\n".join(c["text"] for c in _cells(page, lab, chapter))
+        bare += [f"{chapter}: {m.group()}" for m in LABEL.finditer(shown)]
+    assert not bare, f"{len(bare)} bare labels: {bare[:10]}"
+
+
+def test_a_solution_opens_on_click(page, lab) -> None:
+    chapter = next(c for c in CHAPTERS if c.startswith("02_"))
+    _open(page, lab, chapter)
+    placeholder = page.locator(".jp-MarkdownCell .jp-InputPlaceholder").first
+    placeholder.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "02_rope-solution-folded.png"))
+    before = page.locator(".jp-InputPlaceholder").count()
+    placeholder.click()
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(SHOTS / "02_rope-solution-open.png"))
+    assert page.locator(".jp-InputPlaceholder").count() < before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="JupyterLab shows a collapsed cell's first source line as its placeholder: "
+    "'```{solution-start} ex-...'; the chapters' solution cells need a readable first "
+    "line (chapter owners)",
+)
+def test_folded_solutions_read_well(page, lab) -> None:
+    chapter = next(c for c in CHAPTERS if c.startswith("02_"))
+    cells = _cells(page, lab, chapter)
+    folded = [c["folded"] for c in cells if c["folded"] is not None]
+    assert folded and not any("```{" in f for f in folded), folded[:3]
