@@ -221,8 +221,8 @@ def _shape_diagnosis(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
     differ = [i for i, (g, e) in enumerate(zip(got, expected, strict=True)) if g != e]
     if sorted(got) == sorted(expected):
         return (
-            f"The shape has the right sizes in another order (axes {differ} differ): "
-            "an axis is transposed or a layout is swapped."
+            f"The shapes differ: the right sizes in another order (axes {differ} "
+            "differ): an axis is transposed or a layout is swapped."
         )
     parts = []
     for i in differ:

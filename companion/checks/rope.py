@@ -51,15 +51,26 @@ def check_rope_frequencies(
     r"""Check a learner's ``rope_frequencies(head_dim, base)``: :math:`b^{-2i/D}`.
 
     Properties checked: one frequency per *pair* (``D/2`` values), the exponent
-    ``-2i/D``, for several widths and bases. Named mistakes: "frequencies base^(-i/D)",
-    "exponent with the wrong sign".
+    ``-2i/D``, for several widths and bases, in float64 as the exercise asks (a
+    float32 answer is refused by its dtype). Named mistakes: "frequencies
+    base^(-i/D)", "exponent with the wrong sign", "computed in float32" (cast at the
+    end).
 
     Args:
         rope_frequencies: a function ``rope_frequencies(head_dim, base) -> (D/2,)``.
     """
     for head_dim, base in [(8, 10000.0), (64, 10000.0), (16, 500000.0)]:
         i = torch.arange(head_dim // 2, dtype=torch.float64)
+        reference = rope.rope_frequencies(head_dim, base=base)
         mistakes = [
+            Mistake(
+                "computed in float32",
+                "your values are right to float32 precision (about 7 digits), cast to "
+                "float64 at the end: compute the powers in float64 "
+                "(torch.arange(..., dtype=torch.float64)).",
+                reference,
+                rtol=1e-5,
+            ),
             Mistake(
                 "frequencies base^(-i/D)",
                 "the exponent runs over the pair index i = 0 .. D/2-1 and is -2i/D, so "
@@ -75,12 +86,13 @@ def check_rope_frequencies(
             ),
         ]
         yield Case(
-            "theta_i = base^(-2i/D), one per pair",
+            "theta_i = base^(-2i/D), one per pair, in float64",
             {"head_dim": head_dim, "base": base},
-            rope.rope_frequencies(head_dim, base=base),
+            reference,
             mistakes,
             atol=0.0,
-            rtol=1e-5,
+            rtol=1e-12,
+            check_dtype=True,  # the exercise asks for float64
         )
 
 

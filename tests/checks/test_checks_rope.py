@@ -31,10 +31,10 @@ def hf_inv_freq(head_dim, base):
             base ** (-2 * i / head_dim) for i in range(head_dim // 2)
         ],
         lambda d, b, /: b ** (-np.arange(0, d, 2) / d),
-        hf_inv_freq,
+        lambda d, b: 1.0 / b ** (torch.arange(0, d, 2, dtype=torch.float64) / d),
         lambda head_dim, base: rope.rope_frequencies(head_dim, base=base),
     ],
-    ids=["list", "numpy", "hf-float32", "companion"],
+    ids=["list", "numpy", "hf-style-float64", "companion"],
 )
 def test_rope_frequencies_accepts(answer) -> None:
     assert checks.check_rope_frequencies(answer)
@@ -48,6 +48,10 @@ def test_rope_frequencies_names(named) -> None:
         return base ** (2 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
 
     named(lambda: checks.check_rope_frequencies(i_over_d), "frequencies base^(-i/D)")
+    named(
+        lambda: checks.check_rope_frequencies(lambda d, b: hf_inv_freq(d, b).double()),
+        "computed in float32",
+    )
     named(
         lambda: checks.check_rope_frequencies(flipped), "exponent with the wrong sign"
     )
@@ -353,3 +357,10 @@ def test_rope_cos_sin_names_and_explains(named) -> None:
         checks.CheckError, match=r"expected: torch.float32\n  got:      torch.float64"
     ):
         checks.check_rope_cos_sin(lambda p, d, b: _cos_sin64(p, d, b))
+
+
+def test_rope_frequencies_wants_the_float64_the_exercise_asks_for() -> None:
+    with pytest.raises(
+        checks.CheckError, match="asks for float64; your answer is float32"
+    ):
+        checks.check_rope_frequencies(hf_inv_freq)
