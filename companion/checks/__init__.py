@@ -5,14 +5,17 @@ the package's reference::
 
     >>> from companion import checks
     >>> checks.check_softmax(my_softmax)
-    True
+    ✓ check_softmax: all 3 cases pass
 
-* ``True``: every case passed (a solution cell can end with the call);
-* ``False``, after printing ``check_softmax: not attempted yet ...``: the function is
-  still the exercise's stub (``raise NotImplementedError``, or ``pass``), so Run All
-  goes on;
-* :class:`CheckError`: a case failed. The message says *which property* failed, *on what
-  input*, what was expected and what came (with enough digits to differ, and the
+* a pass prints that one line and returns a true ``CheckResult`` (equal to
+  ``True``; Jupyter shows no ``Out:`` under it, so a solution cell can end with the
+  call);
+* a stub (``raise NotImplementedError``, or ``pass``) prints ``check_softmax: not
+  attempted yet ...`` and returns a false one, so Run All goes on;
+* :class:`CheckError`: a case failed. In Jupyter it shows as two lines, no traceback:
+  what differs, in words, then the property, the input, expected and got. Outside
+  IPython it is an ordinary exception whose message says *which property* failed, *on
+  what input*, what was expected and what came (with enough digits to differ, and the
   relative error), and names the known mistake the answer matches::
 
     CheckError: check_softmax: 'normalizes along dim, not another axis' failed on

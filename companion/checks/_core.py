@@ -643,7 +643,7 @@ def run_case(check: str, fn: Callable[..., object], case: Case) -> None:
 
 _RETURNS = """
     Returns:
-        A :class:`CheckResult`, true (after printing "✓ ... all N cases pass") when
+        A ``CheckResult``, true (after printing "✓ ... all N cases pass") when
         every case passes; false, after printing "not attempted yet", for the
         exercise's stub. It compares equal to ``True``/``False`` and shows no ``Out:``
         in Jupyter.
@@ -659,7 +659,7 @@ def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., CheckResult]:
     ``body``'s positional parameters are the learner's functions (validated as
     callables, a ``TypeError`` naming the parameter otherwise); its keyword-only
     parameters are options the body validates itself. The checker prints one line and
-    returns a true :class:`CheckResult` when every case passes, prints a "not attempted
+    returns a true ``CheckResult`` when every case passes, prints a "not attempted
     yet" line and returns a false one for a stub, and raises :class:`CheckError` on the
     first case that fails.
     """
