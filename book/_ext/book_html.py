@@ -82,8 +82,6 @@ def _page_metadata(
 ) -> None:
     title = re.sub(r"<[^>]+>", "", context.get("title") or "").strip()
     book = app.config.html_title or app.config.project or ""
-    if title == book:
-        context["titlesuffix"] = ""  # "Transformer Building Blocks", not twice
     description = _first_paragraph(doctree) or (
         f"{title}: a chapter of {book}" if title else book
     )
@@ -109,17 +107,21 @@ def _page_metadata(
 
 
 _VIEWPORT = re.compile(r'\s*<meta name="viewport"[^>]*>')
+_TWICE = re.compile(r"<title>\s*([^<]+?)\s*&#8212;\s*\1\s*</title>")
 
 
 def _one_viewport(outdir: Path) -> None:
     """The theme, its parent and Sphinx's basic layout each write a viewport tag: keep the
     first."""
     for page in outdir.rglob("*.html"):
-        text = page.read_text(encoding="utf-8")
+        text = original = page.read_text(encoding="utf-8")
         tags = _VIEWPORT.findall(text)
         if len(tags) > 1:
             first = text.index(tags[0]) + len(tags[0])
             text = text[:first] + _VIEWPORT.sub("", text[first:])
+        # the front page's title is the book's: not "Book — Book"
+        text = _TWICE.sub(r"<title>\1</title>", text, count=1)
+        if text != original:
             page.write_text(text, encoding="utf-8")
 
 
