@@ -741,7 +741,7 @@ def accuracy_by_length(
     return ax
 
 
-# ---- Performance and precision (book/07_performance) ---------------------------------
+# ---- Performance and precision (book/08_performance) ---------------------------------
 
 
 def ratio_bars(

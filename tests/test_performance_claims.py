@@ -1,4 +1,4 @@
-"""The appendix's claims (book/07_performance.ipynb), each against an oracle.
+"""The appendix's claims (book/08_performance.ipynb), each against an oracle.
 
 The package's full attention moves the score matrix so often (about 12 float32 L x L
 matrices) that its intensity is the same at any length, about 5 flop/byte at D = 64 and 10 at
@@ -67,7 +67,7 @@ def test_tf32_rounding_of_the_operands() -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_tf32_products_would_fail_the_chapters_float32_check(seed, is_causal) -> None:
-    """Chapter 07 asserts a float32 FlashAttention error below 1e-5; with both products
+    """The appendix asserts a float32 FlashAttention error below 1e-5; with both products
     on TF32-rounded operands (tl.dot's default for float32 on NVIDIA GPUs since Ampere)
     the error on the same kind of inputs is above 1e-4, while float32 stays below 1e-5."""
     gen = torch.Generator().manual_seed(seed)

@@ -41,7 +41,7 @@ module           chapter                    checkers
 ``performance``  07 Performance (appendix)  :func:`check_ulp32`, ...
 ===============  =========================  ======================================
 
-Writing a checker for a new chapter (say ``decoder.py`` for chapter 08):
+Writing a checker for a new chapter (say ``decoder.py`` for chapter 07):
 
 1. Create ``companion/checks/decoder.py``; import the chapter's module at the top
    (``from companion import decoder``) and the core
