@@ -37,12 +37,15 @@ help:
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	@# Linux: torch's CPU build first (PyPI's is the CUDA build; see requirements.txt)
-	@if [ "$$(uname -s)" = Linux ]; then \
-		$(PY) -m pip install --quiet --disable-pip-version-check \
+	@# Linux: torch's CPU build first (PyPI's is the CUDA build; see requirements.txt), from
+	@# PyTorch's index when it answers within 5 s; where it does not (an offline mirror), pip
+	@# takes torch from the configured index with the rest of the lock, with no retries wasted
+	@if [ "$$(uname -s)" = Linux ] && $(PY) -c "import urllib.request as u; \
+			u.urlopen('https://download.pytorch.org/whl/cpu/torch/', timeout=5)" 2>/dev/null; then \
+		$(PY) -m pip install --quiet --disable-pip-version-check --retries 1 --timeout 15 \
 			--extra-index-url https://download.pytorch.org/whl/cpu \
 			"$$(grep '^torch==' requirements.txt)"; \
-	fi
+	else echo "download.pytorch.org not reachable: torch from the configured index"; fi
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	@touch $(STAMP)
 
