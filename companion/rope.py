@@ -302,8 +302,10 @@ def apply_rope(
     ``x``'s dtype. The half layout is written into one output buffer without the
     temporaries of the expression above (block by block on the CPU, so that each block
     stays in cache); the interleaved layout is one complex multiplication, as in
-    :func:`apply_rope_complex`. Under autograd, inside a caller's ``torch.compile`` and
-    inside ``torch.func`` transforms (``vmap``, ``grad``) the expression itself runs.
+    :func:`apply_rope_complex`. Inside a caller's ``torch.compile``, inside ``torch.func``
+    transforms (``vmap``, ``grad``) and, for the eager half layout, whenever autograd
+    records, the expression itself runs; the complex multiplication and the compiled
+    kernel are differentiable as they are.
     Eager PyTorch has no single kernel for the half layout's sum of two products;
     ``fused=True`` compiles the same expression with :func:`torch.compile` into one
     pass: the first call compiles (seconds), later calls with any batch size, length or
@@ -332,7 +334,12 @@ def apply_rope(
             multiply-adds).
         backend: ``"torch"`` (the paths above) or ``"triton"``: the one-pass Triton
             kernel of :mod:`companion.kernels` (needs Triton; compiled on CUDA, interpreted
-            on a CPU); ``fused`` must then be ``False``.
+            on a CPU), which reads ``x`` through its strides and returns a new contiguous
+            tensor. It is differentiable in ``x`` to any order: its backward is the same
+            kernel rotating by :math:`-m\theta_i`, itself differentiable. It gives
+            ``cos`` and ``sin`` no gradient, so they must not require grad (a
+            ``ValueError`` while grad is enabled; use ``backend="torch"`` to
+            differentiate the table). ``fused`` must be ``False``.
 
     Returns:
         The rotated tensor, same shape, dtype and device as ``x`` (``L = 0`` gives an
@@ -343,7 +350,7 @@ def apply_rope(
             ``x``, ``cos`` and ``sin`` of different dtypes, a non-bool ``fused``).
         ValueError: a wrong value: an odd head width, a table that does not match ``x``,
             tensors on different devices, a ``meta`` tensor, positions outside the
-            table.
+            table, ``cos`` or ``sin`` requiring grad with ``backend="triton"``.
         RuntimeError: ``fused=True`` and ``torch.compile`` cannot build the kernel here
             (no C++ compiler, no Triton): use ``fused=False``.
 
