@@ -71,6 +71,9 @@ def _scale(scale: object, query: torch.Tensor) -> float:
 def dot_score(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     r"""Luong et al.'s *dot* score :math:`q^\top k` for every query-key pair.
 
+    The paper writes column vectors; in the book's rows (``notation.md``) the score is
+    :math:`q k^\top`, which is what is computed.
+
     Args:
         query: decoder states (queries).
         key: encoder states (keys), same feature width as ``query``.
@@ -91,6 +94,9 @@ def general_score(
     query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tensor
 ) -> torch.Tensor:
     r"""Luong et al.'s *general* (bilinear) score :math:`q^\top W k`.
+
+    In the paper's column vectors; in the book's rows it is :math:`q W k^\top`, the same
+    number for the same :math:`W`, which is what is computed.
 
     With ``weight`` the identity it is :func:`dot_score`; unlike it, the query and key
     widths may differ.
@@ -135,7 +141,8 @@ def additive_score(
     an annotation :math:`h_j` of the bidirectional encoder; ``query_weight`` is
     :math:`W_a`, ``key_weight`` is :math:`U_a`, ``v`` is :math:`v_a` (no biases, as in
     the paper). Weights follow :class:`torch.nn.Linear`'s
-    ``(out_features, in_features)`` layout.
+    ``(out_features, in_features)`` layout, so the paper's column-vector :math:`W q` is
+    ``query @ query_weight.T`` on the rows here.
 
     Args:
         query: decoder states.
@@ -338,10 +345,11 @@ def attention_weights(
     and silently combines the two masks for 4-D inputs; the chapter shows both).
 
     A row whose keys are all masked gets weights that are all zero (so its output is
-    zero) instead of the NaN of a plain softmax. torch's ``scaled_dot_product_attention``
-    also returns zeros there on the CPU (fused and math paths alike, torch 2.13);
-    :class:`torch.nn.MultiheadAttention` returns NaN with ``need_weights=True`` (its
-    default) and on its fast path, zeros otherwise (the chapter measures each case).
+    zero) instead of the NaN of a plain softmax. torch's
+    ``scaled_dot_product_attention`` also returns zeros there on the CPU (fused and math
+    paths alike, torch 2.13); :class:`torch.nn.MultiheadAttention` returns NaN with
+    ``need_weights=True`` (its default) and on its fast path, zeros otherwise (the
+    chapter measures each case).
 
     Half-precision inputs are scored and normalized in float32; the result has the
     input's dtype. With no keys (``S = 0``) every row is empty and every output is zero,
@@ -397,8 +405,15 @@ def scaled_dot_product_attention(
         is_causal: apply the top-left causal mask (``j <= i``).
         scale: factor on the scores; ``None`` means :math:`1/\sqrt{D}`.
         backend: ``"torch"`` (the definition, above) or ``"triton"``: the FlashAttention
-            kernel :func:`companion.kernels.flash_attention` (needs Triton; no ``mask``,
-            ``(B, H, L, D)`` inputs of float16, bfloat16 or float32, ``D`` a power of two).
+            kernels :func:`companion.kernels.flash_attention` (needs Triton, which has
+            Linux wheels only; CUDA tensors where a GPU is present, CPU tensors through
+            Triton's interpreter otherwise). They take no ``mask`` (``is_causal``
+            only), ``(B, H, L, D)`` inputs of float16, bfloat16 or float32 in any
+            memory layout, ``value`` of ``key``'s shape, and any ``D`` from 1 to 256
+            (padded on chip to a power of two >= 16); the output is contiguous. The
+            gradient is FlashAttention-2's backward, differentiable once: a second
+            derivative (``create_graph=True``, then differentiating again) raises a
+            ``RuntimeError``.
 
     Returns:
         One output per query, the weighted average of the values.
@@ -632,7 +647,8 @@ class MultiHeadAttention(nn.Module):
         num_heads = _validate.positive_int("num_heads", num_heads)
         if embed_dim % num_heads != 0:
             raise ValueError(
-                f"num_heads must divide embed_dim, got embed_dim={embed_dim}, num_heads={num_heads}"
+                "num_heads must divide embed_dim, got "
+                f"embed_dim={embed_dim}, num_heads={num_heads}"
             )
         bias = _validate.flag("bias", bias)
         kw = {"bias": bias, **_validate.factory_kwargs(device, dtype)}
@@ -774,10 +790,10 @@ def measure_peak_memory(fn: Callable[[], object], *, device: torch.device | str)
     counted from its creation until it is freed, by the package's one memory meter (a
     :class:`~torch.utils._python_dispatch.TorchDispatchMode` in
     :mod:`companion.performance`, which :func:`~companion.performance.memory_traffic`
-    uses too); the peak of that running total is returned. The count is exact for the tensors a Python implementation
-    creates; scratch memory *inside* one fused kernel (such as
-    ``F.scaled_dot_product_attention``'s) is not seen, only its outputs. The counting
-    slows ``fn`` down: time it separately.
+    uses too); the peak of that running total is returned. The count is exact for the
+    tensors a Python implementation creates; scratch memory *inside* one fused kernel
+    (such as ``F.scaled_dot_product_attention``'s) is not seen, only its outputs. The
+    counting slows ``fn`` down: time it separately.
 
     Args:
         fn: a function with no arguments (its result is discarded).

@@ -814,7 +814,8 @@ BAD_INPUTS = [
         "mask_from_torch_mha",
         lambda: mask_from_torch_mha(attn_mask=torch.ones(4, 5, dtype=torch.int64)),
         TypeError,
-        "attn_mask must be a bool or floating tensor, got a tensor of dtype torch.int64",
+        "attn_mask must be a bool or floating tensor, got a tensor of dtype "
+        "torch.int64",
     ),
     (
         "mask_from_torch_mha",

@@ -3,8 +3,8 @@
 Which causal alignment empties rows, when nn.MultiheadAttention returns NaN for a fully
 masked row, the path lengths of Vaswani et al.'s Table 1, the crossover of the per-layer
 costs (n = d), the online softmax, multi-head attention head by head, the vanishing
-recurrent gradient, the bytes the textbook softmax moves and the arithmetic intensities compared with a
-machine balance, and the fitted log-log slopes of the memory curves.
+recurrent gradient, the bytes the textbook softmax moves and the arithmetic intensities
+compared with a machine balance, and the fitted log-log slopes of the memory curves.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from companion.attention import (
 )
 from companion.performance import attention_flops, memory_traffic
 
-# ---- masks: which rows a causal mask empties --------------------------------------------
+# ---- masks: which rows a causal mask empties -----------------------------------------
 
 
 @pytest.mark.parametrize("query_length", range(1, 9))
@@ -46,7 +46,7 @@ def test_empty_rows_of_causal_alignments(query_length: int, key_length: int) -> 
     assert int((~bottom.any(-1)).sum()) == max(query_length - key_length, 0)
 
 
-# ---- a fully masked row: who returns NaN -------------------------------------------------
+# ---- a fully masked row: who returns NaN ---------------------------------------------
 
 
 def _fully_masked_row(
@@ -102,7 +102,7 @@ MHA_CASES = [
 def test_multihead_attention_nan_rule(
     settings: dict, fast: bool, outcome: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """NaN exactly when need_weights=True or the fast path runs, as the chapter's table."""
+    """NaN exactly when need_weights=True or the fast path runs (as in the chapter)."""
     got, ran_fast = _fully_masked_row(**settings, monkeypatch=monkeypatch)
     assert ran_fast == fast
     assert got == outcome
@@ -127,7 +127,7 @@ def test_sdpa_fully_masked_row_is_zero_like_the_package(backend: SDPBackend) -> 
     assert plain[0, 0, 1].isnan().all()
 
 
-# ---- why self-attention: Table 1's path lengths, the cost crossover -----------------------
+# ---- why self-attention: Table 1's path lengths, the cost crossover ------------------
 
 
 def _layers_until_connected(n: int, depends) -> int:
@@ -197,7 +197,7 @@ def test_self_attention_cheaper_than_recurrent_below_the_width(d: int) -> None:
 
 
 def test_online_softmax_recurrence_against_torch() -> None:
-    """m' = max(m, max x_j), l' = l e^(m - m') + sum e^(x_j - m'): softmax and logsumexp."""
+    """m' = max(m, max x_j), l' = l e^(m - m') + sum e^(x_j - m'); softmax, lse."""
     gen = torch.Generator().manual_seed(0)
     for block in (1, 3, 7, 64):
         row = 30 * torch.randn(50, generator=gen, dtype=torch.float64)
@@ -212,7 +212,7 @@ def test_online_softmax_recurrence_against_torch() -> None:
 
 
 def test_multi_head_formula_head_by_head_equals_the_module() -> None:
-    """MHA(X) = [head_1; ...; head_H] W_O, head_h on columns h D/H .. (h+1) D/H - 1."""
+    """MHA(X) = [head_0; ...; head_{H-1}] W_O, head_h on columns hD/H .. (h+1)D/H - 1"""
     from companion.attention import MultiHeadAttention
 
     torch.manual_seed(0)
@@ -262,7 +262,7 @@ def test_coreference_example_attends_to_the_animal() -> None:
         assert sentence[w.argmax()] == word and w.max() > 0.99
 
 
-# ---- compute- or memory-bound ------------------------------------------------------------
+# ---- compute- or memory-bound --------------------------------------------------------
 
 
 def _textbook_attention(q, k, v, mask):
