@@ -229,17 +229,17 @@ def yarn_correction_range(
     .. math:: i(r) = \frac{D \ln\!\big(L_0 / (2\pi r)\big)}{2 \ln b}.
 
     ``low = i(beta_fast)`` and ``high = i(beta_slow)``, floored and ceiled when
-    ``truncate``, clipped to ``[0, D - 1]`` (the YaRN authors' code's clipping, kept by HF
-    transformers; only ``D/2`` pairs exist, which is harmless since the ramp is
+    ``truncate``, clipped to ``[0, D - 1]`` (the YaRN authors' code's clipping, kept by
+    HF transformers; only ``D/2`` pairs exist, which is harmless since the ramp is
     clamped).
 
     Args:
         head_dim: the rotated dimension ``D``, even.
         base: the RoPE base :math:`b`.
         original_max_position_embeddings: the training length :math:`L_0`.
-        beta_fast: rotations above which a pair is left untouched (default 32; the
+        beta_fast: turns above which a pair is left untouched (default 32; the
             paper's :math:`\beta`, the chapter's :math:`r_\text{fast}`).
-        beta_slow: rotations below which a pair is fully interpolated (default 1; the
+        beta_slow: turns below which a pair is fully interpolated (default 1; the
             paper's :math:`\alpha`, the chapter's :math:`r_\text{slow}`).
         truncate: round the range outwards to whole pairs, as HF transformers does by
             default.
@@ -290,13 +290,13 @@ def yarn_ramp(
 
     :math:`\rho_i = \operatorname{clamp}((i - \text{low}) / (\text{high} - \text{low}),
     0, 1)` with ``(low, high)`` from :func:`yarn_correction_range` (``high`` nudged by
-    ``0.001`` when the two coincide). Fast pairs (small ``i``, many rotations in the
+    ``0.001`` when the two coincide). Fast pairs (small ``i``, many turns in the
     training length) get :math:`\rho_i = 0`; slow pairs get :math:`\rho_i = 1`. This
     ramp is linear in the pair index, as the YaRN authors' reference code builds it
     (``_yarn_find_correction_range`` with floor and ceil, then
     ``_yarn_linear_ramp_mask(low, high, dim // 2)``) and HF transformers'
     ``_compute_yarn_parameters`` after it. The paper's formula is linear in the number
-    of rotations :math:`r_i = L_0/\lambda_i` instead (its ramp :math:`\gamma = 1 - \rho`
+    of turns :math:`r_i = L_0/\lambda_i` instead (its ramp :math:`\gamma = 1 - \rho`
     is 1 for an untouched pair); the two give frequencies up to 1.76 times apart
     (chapter :ref:`ch-extension`).
 
@@ -360,11 +360,11 @@ def yarn_frequencies(
     r"""YaRN: NTK-by-parts frequencies and an attention temperature (Peng et al., 2024).
 
     :math:`\theta'_i = \theta_i \big((1 - \rho_i) + \rho_i / s\big)` with the
-    interpolation weight :math:`\rho_i` of :func:`yarn_ramp`: pairs that turn more than ``beta_fast`` times within the
-    training length keep their frequency (they have seen every angle), pairs that turn
-    less than ``beta_slow`` times are interpolated like position interpolation, and the
-    pairs between are blended. Matches HF transformers' ``rope_type="yarn"`` (without
-    DeepSeek's ``mscale`` options).
+    interpolation weight :math:`\rho_i` of :func:`yarn_ramp`: pairs that turn more than
+    ``beta_fast`` times within the training length keep their frequency (they have seen
+    every angle), pairs that turn less than ``beta_slow`` times are interpolated like
+    position interpolation, and the pairs between are blended. Matches HF transformers'
+    ``rope_type="yarn"`` (without DeepSeek's ``mscale`` options).
 
     Args:
         head_dim: the rotated dimension ``D``, even.
@@ -470,7 +470,8 @@ def _alibi_slopes_float(num_heads: int) -> list[float]:
     ):  # a power of two: 2^(-8/n), 2^(-16/n), ..., 2^-8
         return [2.0 ** (-8.0 * k / num_heads) for k in range(1, num_heads + 1)]
     closest = 2 ** math.floor(math.log2(num_heads))
-    # every other slope of the 2*closest sequence fills the rest, between the first ones
+    # every other slope of the 2*closest sequence fills the rest: the first of them is
+    # steeper than all the first ones, the others fall between two of them
     extra = _alibi_slopes_float(2 * closest)[0::2][: num_heads - closest]
     return _alibi_slopes_float(closest) + extra
 

@@ -1,9 +1,10 @@
 """The context-extension chapter's claims (book/03_context_extension.ipynb).
 
 YaRN: the paper's ramp is linear in the turns r = L0 / lambda; the ramp of the authors'
-reference code, which Hugging Face transformers ported (and the package matches), is linear
-in the pair index; they agree at both ends and differ by up to 1.76x in frequency in the
-chapter's running example. Llama 3's bands are the paper's ramp with edges 1 and 4 turns.
+reference code, which Hugging Face transformers ported (and the package matches), is
+linear in the pair index; they agree at both ends and differ by up to 1.76x in frequency
+in the chapter's running example. Llama 3's bands are the paper's ramp with edges 1 and
+4 turns.
 Dynamic NTK overshoots because its factor is s: with factor 1 the scale is l / L0. The
 extra ALiBi slopes of a head count that is not a power of two: the first is steeper than
 every base slope, the others fall between two. The oracles are transformers'
@@ -167,8 +168,8 @@ def test_the_index_ramp_is_the_yarn_authors_code(
 def test_llama3_is_the_papers_ramp_with_edges_1_and_4(
     head_dim: int, base: float, factor: float, n0: int
 ) -> None:
-    """mu_i = (r_i - 1) / 3 = 1 - rho_i with r_slow = 1, r_fast = 4 (transformers' llama3
-    as the oracle)."""
+    """mu_i = (r_i - 1) / 3 = 1 - rho_i with r_slow = 1, r_fast = 4 (transformers'
+    llama3 as the oracle)."""
     cfg = LlamaConfig(
         hidden_size=2 * head_dim,
         num_attention_heads=2,
@@ -191,7 +192,7 @@ def test_llama3_is_the_papers_ramp_with_edges_1_and_4(
 
 @pytest.mark.parametrize("seq_len", [4096, 8192, 16384])
 def test_dynamic_ntk_overshoot_comes_from_the_factor(seq_len: int) -> None:
-    """Factor 1 gives the scale l / L0; factor s gives s l / L0 - (s - 1): 13 at 8192."""
+    """Factor 1 gives the scale l / L0; factor s gives s l / L0 - (s - 1): 13 at 8192"""
     head_dim, base, n0 = 128, 1e4, 2048
 
     def at_scale(scale: float) -> torch.Tensor:
