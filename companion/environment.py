@@ -32,8 +32,7 @@ __all__ = [
 
 #: Every third-party package a chapter imports (its distribution name), with the lowest
 #: version the book supports: the package's dependencies and its ``book`` extra in
-#: ``pyproject.toml`` (``pip install -e ".[book]"`` brings them all; a test keeps the
-# two
+#: ``pyproject.toml`` (``pip install -e ".[book]"`` brings them all; a test keeps the two
 #: lists in step and checks every chapter's imports against :data:`CHAPTER_IMPORTS`).
 REQUIRED_PACKAGES: dict[str, str] = {
     "torch": "2.1",
@@ -72,9 +71,8 @@ def seed_everything(seed: int = 0) -> torch.Generator:
         A fresh :class:`torch.Generator` seeded with ``seed``, for code that prefers an
         explicit generator over the global one.
     """
-    seed = _validate.integer(
-        "seed", seed, minimum=0, maximum=2**32 - 1
-    )  # NumPy's range
+    # NumPy's global generator takes [0, 2**32 - 1]
+    seed = _validate.integer("seed", seed, minimum=0, maximum=2**32 - 1)
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 -- learners use the legacy global generator too
     torch.manual_seed(seed)  # also seeds every CUDA device
@@ -88,8 +86,8 @@ def default_device() -> torch.device:
     to override the choice, e.g. ``COMPANION_DEVICE=cpu`` to reproduce the published
     outputs on a machine with a GPU, to their printed precision with the same library
     versions (PyTorch promises no bit-for-bit identity across releases or platforms).
-    A value that names no device of this machine is a
-    ``ValueError`` naming the variable.
+    A value that names no device of this machine is a ``ValueError`` naming the
+    variable.
     """
     requested = os.environ.get(_DEVICE_ENV, "").strip()
     if requested:
