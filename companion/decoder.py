@@ -116,9 +116,8 @@ class DecoderSpec:
     mlp_bias: bool = False
     max_positions: int = 0  # rows of the learned table (GPT-2), else the context length
     rotary_dim: int = 0  # leading coordinates of each head that RoPE turns
-    rope: dict[str, Any] = field(
-        default_factory=dict
-    )  # rope_type, rope_theta, factor, ...
+    # Hugging Face's rope_parameters: rope_type, rope_theta, factor, ...
+    rope: dict[str, Any] = field(default_factory=dict)
     scales: tuple[float, ...] = ()  # score scale per layer (GPT-2 may change it)
 
     def __post_init__(self) -> None:
@@ -327,9 +326,8 @@ class DecoderBlock(nn.Module):
         """Attention of the normalized ``x`` ``(B, L, E)`` over the cache and itself."""
         s = self.spec
         B, L, _ = x.shape
-        q = (
-            self.q_proj(x).view(B, L, s.num_heads, s.head_dim).transpose(1, 2)
-        )  # (B, H, L, D)
+        # (B, H, L, D) queries; (B, Hkv, L, D) keys and values
+        q = self.q_proj(x).view(B, L, s.num_heads, s.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, L, s.num_kv_heads, s.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, L, s.num_kv_heads, s.head_dim).transpose(1, 2)
         if rope is not None:  # rotate before caching: a cached key keeps its position
