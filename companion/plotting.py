@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import matplotlib
 import numpy as np
 import torch
 from matplotlib import colormaps
@@ -47,6 +48,7 @@ __all__ = [
     "ratio_bars",
     "readable",
     "scheme_color",
+    "shown_width",
     "to_numpy",
     "training_curves",
     "wavelength_curves",
@@ -598,6 +600,7 @@ def loglog_curves(
     series: dict[str, torch.Tensor | np.ndarray],
     *,
     reference_power: float | None = None,
+    variable: str = "x",
     title: str = "",
     xlabel: str = "",
     ylabel: str = "",
@@ -613,8 +616,11 @@ def loglog_curves(
         series: label -> ordinates, each 1-D, positive, with the length of ``x``.
         reference_power: draw a dashed guide ``∝ x**reference_power``; ``None`` for
             none.
+        variable: the abscissa's symbol in the guide's legend entry (``"L"`` gives
+            ``∝ L²`` for power 2, ``∝ L`` for power 1).
     """
     power = _validate.optional(_validate.real, "reference_power", reference_power)
+    _validate.instance("variable", variable, str, "a symbol such as 'L'")
     named_series(
         ax,
         x,
@@ -631,7 +637,9 @@ def loglog_curves(
         xs = _values("x", x)
         anchor = _values("series", next(iter(series.values())))[-1]
         guide = anchor * (xs / xs[-1]) ** power
-        ax.plot(xs, guide, linestyle="--", color="0.5", label=f"∝ x^{power:g}")
+        exponent = "" if power == 1 else f"^{{{power:g}}}"
+        label = f"∝ ${variable}{exponent}$"
+        ax.plot(xs, guide, linestyle="--", color="0.5", label=label)
     ax.legend(fontsize="small")
     return ax
 
@@ -793,19 +801,35 @@ PHONE_COLUMN_PX = 358.0
 MIN_TEXT_PX = 9.0
 
 
+def shown_width(fig: Figure) -> float:
+    """The width in inches of ``fig`` as Jupyter's inline backend saves it: the tight
+    bounding box of what is drawn (``bbox_inches="tight"``) plus ``savefig.pad_inches``
+    on each side. Wider than ``fig.get_figwidth()`` when labels reach past the edge,
+    narrower when the figure has empty margins."""
+    _validate.instance("fig", fig, Figure, "a matplotlib Figure")
+    fig.draw_without_rendering()
+    bbox = fig.get_tightbbox()  # the renderer savefig would use
+    pad = matplotlib.rcParams["savefig.pad_inches"]
+    pad = 0.0 if pad == "layout" else float(pad)
+    return float(bbox.width) + 2.0 * pad
+
+
 def readable(
     fig: Figure, *, min_px: float = MIN_TEXT_PX, column_px: float = PHONE_COLUMN_PX
 ) -> Figure:
     r"""Enlarge every text of ``fig`` that would read smaller than ``min_px`` on a phone.
 
-    The book's figures are SVG, drawn ``w`` inches wide (``w * 72`` pt) and scaled to the
-    column, ``column_px`` CSS pixels wide on a phone. A text of ``f`` pt then shows at
+    The book's figures are SVG, saved as Jupyter's inline backend saves them: cropped to
+    the drawing's tight bounding box plus ``savefig.pad_inches`` on each side, ``w``
+    inches wide (``w * 72`` pt), and scaled to the column, ``column_px`` CSS pixels wide
+    on a phone. A text of ``f`` pt then shows at
     :math:`f \cdot \text{column\_px} / (72 w)` CSS px, so every text (tick labels, axis
     labels, titles, legends, annotations) is raised to at least
     :math:`\text{min\_px} \cdot 72 w / \text{column\_px}` pt; larger texts are left as
     they are. A 7-inch figure needs 12.7 pt, a 5-inch one 9.1 pt: narrow figures keep
-    their proportions best. Call it once the figure is drawn. Only ``fig`` changes; no
-    global setting does.
+    their proportions best. A text that grows past the edge widens the crop and so
+    shrinks every text a little: ``w`` is measured again until the sizes hold. Call it
+    once the figure is drawn. Only ``fig`` changes; no global setting does.
 
     Args:
         fig: the figure, fully drawn.
@@ -818,16 +842,23 @@ def readable(
     _validate.instance("fig", fig, Figure, "a matplotlib Figure")
     min_px = _validate.positive_real("min_px", min_px)
     column_px = _validate.positive_real("column_px", column_px)
-    floor = min_px * 72.0 * fig.get_figwidth() / column_px
-    fig.draw_without_rendering()  # tick labels exist only once drawn
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            # through the axis, so that ticks made at a later draw keep the size
-            for which in ("major", "minor"):
-                sizes = [t.get_fontsize() for t in axis.get_ticklabels(which=which)]
-                if sizes and min(sizes) < floor:
-                    axis.set_tick_params(which=which, labelsize=floor)
-    for text in fig.findobj(Text):
-        if text.get_text() and text.get_fontsize() < floor:
-            text.set_fontsize(floor)
+    # texts that grow can widen the crop (a label past the edge), which shrinks them
+    # again on the phone: measure, raise, and measure again until nothing changes
+    for _ in range(5):
+        floor = min_px * 72.0 * shown_width(fig) / column_px  # draws: ticks exist
+        changed = False
+        for ax in fig.axes:
+            for axis in (ax.xaxis, ax.yaxis):
+                # through the axis, so that ticks made at a later draw keep the size
+                for which in ("major", "minor"):
+                    sizes = [t.get_fontsize() for t in axis.get_ticklabels(which=which)]
+                    if sizes and min(sizes) < floor - 1e-9:
+                        axis.set_tick_params(which=which, labelsize=floor)
+                        changed = True
+        for text in fig.findobj(Text):
+            if text.get_text() and text.get_fontsize() < floor - 1e-9:
+                text.set_fontsize(floor)
+                changed = True
+        if not changed:
+            break
     return fig

@@ -6,7 +6,9 @@ the package-wide contract test as well)."""
 
 from __future__ import annotations
 
+import io
 import operator
+import re
 
 import matplotlib
 import numpy as np
@@ -29,6 +31,18 @@ Y = {"a": X * 2.0}
 
 # (public name, thunk, exception, regex the message must match)
 BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
+    (
+        "loglog_curves",
+        lambda: plotting.loglog_curves(_ax(), X, Y, reference_power=2, variable=2),
+        TypeError,
+        r"^variable must be a symbol",
+    ),
+    (
+        "shown_width",
+        lambda: plotting.shown_width(_ax()),
+        TypeError,
+        r"^fig must be a matplotlib Figure, got ",
+    ),
     (
         "readable",
         lambda: plotting.readable(_ax()),
@@ -568,6 +582,10 @@ def test_wavelength_and_error_and_loglog_helpers_draw_their_guides() -> None:
     plotting.loglog_curves(ax, X, {"full": X**2}, reference_power=2)
     guide = ax.get_lines()[1].get_ydata()
     np.testing.assert_allclose(guide, (X**2).numpy())
+    assert ax.get_lines()[1].get_label() == "∝ $x^{2}$"
+    ax = _ax()
+    plotting.loglog_curves(ax, X, {"cache": X}, reference_power=1, variable="S")
+    assert ax.get_lines()[1].get_label() == "∝ $S$", "power 1 has no exponent"
 
 
 def test_training_curves_mean_and_band_and_accuracy_error_bars() -> None:
@@ -595,6 +613,15 @@ def test_ratio_bars_draws_one_bar_per_ratio_top_to_bottom() -> None:
     assert to_hex(ax.patches[0].get_facecolor()) == plotting.SCHEME_COLORS["torch"]
 
 
+def _svg_width_inches(fig: Figure) -> float:
+    """The width of ``fig`` as Jupyter's inline backend saves it (SVG, tight bbox)."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    width = re.search(r'<svg[^>]*\swidth="([0-9.]+)pt"', buf.getvalue())
+    assert width, "no width on the SVG element"
+    return float(width.group(1)) / 72.0
+
+
 def test_readable_raises_small_text_to_the_phone_floor_and_leaves_large_text() -> None:
     fig = Figure(figsize=(7.0, 3.0))
     ax = fig.add_subplot()
@@ -605,16 +632,37 @@ def test_readable_raises_small_text_to_the_phone_floor_and_leaves_large_text() -
     ax.annotate("note", (0.5, 0.5), fontsize=5)
     assert plotting.readable(fig) is fig
     fig.draw_without_rendering()  # ticks made at a later draw keep the floor too
-    floor = 9.0 * 72 * 7.0 / 358.0  # pt: 9 CSS px on a 358 px column, 7-inch figure
     texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_text()]
     assert len(texts) >= 5
-    # shown size of every text, computed independently from the SVG's scale
-    shown = [t.get_fontsize() * 358.0 / (7.0 * 72) for t in texts]
-    assert min(shown) == pytest.approx(9.0)
+    # shown size of every text, from the width of the SVG the notebook would show
+    width = _svg_width_inches(fig)
+    assert width == pytest.approx(plotting.shown_width(fig), abs=0.02)
+    shown = [t.get_fontsize() * 358.0 / (width * 72) for t in texts]
+    assert min(shown) >= 9.0 - 0.05
+    assert min(shown) == pytest.approx(9.0, abs=0.1)
     assert ax.title.get_fontsize() == 20
-    assert ax.xaxis.label.get_fontsize() == pytest.approx(floor)
     # a narrower figure needs a smaller floor
     narrow = Figure(figsize=(5.0, 3.0))
     label = narrow.add_subplot().set_xlabel("x", fontsize=6)
     plotting.readable(narrow)
-    assert label.get_fontsize() == pytest.approx(9.0 * 72 * 5.0 / 358.0)
+    assert label.get_fontsize() * 358.0 / (72 * _svg_width_inches(narrow)) >= 9.0 - 0.05
+    assert label.get_fontsize() < 9.0 * 72 * 5.0 / 358.0, (
+        "the crop is narrower than 5 in"
+    )
+
+
+def test_readable_counts_labels_past_the_edge() -> None:
+    """A long tick label reaching past the figure widens the saved SVG; the floor
+    follows the wider width, so the text still shows at 9 px on the phone."""
+    fig = Figure(figsize=(4.0, 3.0))
+    ax = fig.add_subplot()
+    ax.set_yticks([0, 1], labels=["a very long category name", "b"])
+    plotting.readable(fig)
+    width = _svg_width_inches(fig)
+    assert width > 4.0
+    shown = min(
+        t.get_fontsize() * 358.0 / (width * 72)
+        for t in fig.findobj(matplotlib.text.Text)
+        if t.get_text()
+    )
+    assert shown >= 9.0 - 0.05
