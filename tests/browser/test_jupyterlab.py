@@ -10,9 +10,18 @@ hidden TeX source and the code editors left out:
 * no raw MyST is visible: ``:label:``, ``{ref}``, ``{cite``, ``\\begin{``,
   ``{exercise}``, ``{prf:``...; the book's MyST renders through ``jupyterlab-myst``;
 * every exercise's title is shown;
-* a solution is folded (its cells collapsed) until its placeholder is clicked.
+* a solution is folded (its cells collapsed) until its placeholder is clicked;
+* a cross-reference or a citation reads as text ("Su et al. [2024]"), never as its bare
+  label or bib key (``scripts/jupyterlab_citations.py`` writes the citations' text);
+* a checker speaks in one or two lines: a wrong attempt, a pass and a stub for
+  ``check_softmax`` (chapter 00's exercise), each run in a scratch notebook next to the
+  chapters, print one or two lines, with no traceback frames and no ``Out[n]:``.
 
-Screenshots of chapter 02 go to ``_build/jupyterlab/``. ``JUPYTERLAB_WITHOUT_MYST=1``
+Text hidden in a cell's rendered Markdown (``display: none``: the source of a citation
+that ``scripts/jupyterlab_citations.py`` hides there) is not what a learner reads and is
+left out. Screenshots go to ``_build/jupyterlab/``: ``02_rope-top.png``,
+``02_rope-solution-folded.png``, ``02_rope-solution-open.png`` and
+``checker-wrong.png``, ``checker-pass.png``, ``checker-stub.png``. ``JUPYTERLAB_WITHOUT_MYST=1``
 runs the same checks with the ``jupyterlab-myst`` extension disabled, to show what they
 catch. Run with ``pytest tests/browser/test_jupyterlab.py --browser`` (``make browser``).
 """
@@ -56,6 +65,11 @@ RAW = (
 LABEL = re.compile(
     r"(?<![\w/.-])(?:ch|ex|thm|fig|eq|sec|tab)-[a-z0-9]+(?:-[a-z0-9]+)*\b"
 )
+# a citation left as its bib key ("su2021roformer"): what jupyterlab-myst shows for a
+# {cite} role, having no bibliography
+BIB_KEYS = sorted(
+    re.findall(r"^@\w+\{([^,\s]+),", (BOOK / "references.bib").read_text(), re.M)
+)
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run"]
 
@@ -80,18 +94,90 @@ def _skip_or_fail(reason: str) -> None:
 
 
 # The text a learner reads in each Markdown cell: TeX sources kept for screen readers,
-# scripts, toolbars and the (hidden) editor left out.
+# scripts, toolbars, the (hidden) editor and what the rendered Markdown hides
+# (display: none below the rendered cell's root) left out.
 CELL_TEXT = """() => [...document.querySelectorAll('.jp-MarkdownCell')].map(cell => {
   const skip = 'annotation, .katex-mathml, mjx-assistive-mml, script, style, '
     + '.jp-InputArea-editor, .jp-cell-toolbar, .jp-InputPlaceholder';
+  const hidden = el => {
+    const root = el.closest('.jp-RenderedMarkdown, .myst');
+    for (let e = el; root && e && e !== root; e = e.parentElement)
+      if (getComputedStyle(e).display === 'none') return true;
+    return false;
+  };
   const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT, {
-    acceptNode: n => n.parentElement.closest(skip)
+    acceptNode: n => n.parentElement.closest(skip) || hidden(n.parentElement)
       ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
   let text = '';
   while (walk.nextNode()) text += walk.currentNode.nodeValue;
   const placeholder = cell.querySelector('.jp-InputPlaceholder');
   return {text, folded: placeholder ? placeholder.textContent : null};
 })"""
+
+
+# Chapter 00's exercise as a learner runs it: the stub as the chapter ships it, a wrong
+# attempt (normalized along the other axis) and the chapter's solution, each alone in a
+# cell, run one by one in a scratch notebook written next to the chapters.
+CHECKER_NOTEBOOK = "checker_output.ipynb"
+SETUP = "import torch\n\nfrom companion import checks"
+ATTEMPTS = {
+    "stub": """\
+def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    raise NotImplementedError
+
+
+checks.check_softmax(softmax)""",
+    "wrong": """\
+def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    shifted = x - x.amax(dim=0, keepdim=True)
+    e = torch.exp(shifted)
+    return e / e.sum(dim=0, keepdim=True)
+
+
+checks.check_softmax(softmax)""",
+    "pass": """\
+def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    e = torch.exp(shifted)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+checks.check_softmax(softmax)""",
+}
+FIRST_LINE = {
+    "stub": "check_softmax: not attempted yet",
+    "wrong": "✗ check_softmax: ",
+    "pass": "✓ check_softmax: all 3 cases pass",
+}
+# what a traceback shows: its banner, a frame, an IPython frame header
+FRAMES = re.compile(r"Traceback|File \"|^\s*\d+ \w|-{10,}|\.py:\d+|^Cell In\[", re.M)
+
+
+def _checker_notebook() -> str:
+    cells = [SETUP, *ATTEMPTS.values()]
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": f"cell-{i}",
+                "metadata": {},
+                "outputs": [],
+                "source": source,
+            }
+            for i, source in enumerate(cells)
+        ],
+        "metadata": {
+            "kernelspec": {
+                "display_name": "Python 3",
+                "language": "python",
+                "name": "python3",
+            }
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    return json.dumps(nb, indent=1)
 
 
 def _free_port() -> int:
@@ -116,6 +202,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _skip_or_fail(f"no jupyter next to {sys.executable}")
     home = tmp_path_factory.mktemp("jupyterlab")
     shutil.copytree(BOOK, home / "book")
+    (home / "book" / CHECKER_NOTEBOOK).write_text(_checker_notebook())
     settings = home / "settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
@@ -248,6 +335,21 @@ def test_cross_references_read_as_text(page, lab) -> None:
     assert not bare, f"{len(bare)} bare labels: {bare[:10]}"
 
 
+def test_citations_read_as_text(page, lab) -> None:
+    """A citation shows the book's text for it ("Su et al. [2024]"), not its bib key."""
+    bare = []
+    for chapter in CHAPTERS:
+        shown = "\n".join(c["text"] for c in _cells(page, lab, chapter))
+        for key in BIB_KEYS:
+            for m in re.finditer(rf"(?<![\w-]){re.escape(key)}(?![\w-])", shown):
+                context = shown[max(0, m.start() - 40) : m.end() + 20]
+                bare.append(f"{chapter}: {key} in ...{context!r}...")
+    assert not bare, (
+        f"{len(bare)} citations shown as their bib key in JupyterLab (run "
+        f"scripts/jupyterlab_citations.py): " + "\n".join(bare[:10])
+    )
+
+
 def test_a_solution_opens_on_click(page, lab) -> None:
     chapter = next(c for c in CHAPTERS if c.startswith("02_"))
     _open(page, lab, chapter)
@@ -274,3 +376,56 @@ def test_folded_solutions_read_well(page, lab) -> None:
     cells = _cells(page, lab, chapter)
     folded = [c["folded"] for c in cells if c["folded"] is not None]
     assert folded and not any("```{" in f for f in folded), folded[:3]
+
+
+@pytest.fixture(scope="module")
+def checker_outputs(page, lab) -> dict[str, dict]:
+    """Run each attempt's cell in JupyterLab; what its output area shows."""
+    page.goto(lab.format(CHECKER_NOTEBOOK))
+    page.wait_for_selector(".jp-Notebook .jp-CodeCell")
+    cells = page.locator(".jp-Notebook .jp-CodeCell")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shown = {}
+    for i, name in enumerate(["setup", *ATTEMPTS]):
+        cell = cells.nth(i)
+        cell.locator(".jp-InputPrompt").click()
+        page.keyboard.press("Control+Enter")
+        # done when the prompt shows the cell's execution count, "[n]:", not "[*]:"
+        prompt = cell.locator(".jp-InputPrompt")
+        for _ in range(240):
+            if re.fullmatch(r"\[\d+\]:", prompt.inner_text().strip()):
+                break
+            page.wait_for_timeout(500)
+        else:
+            pytest.fail(f"the {name} cell did not finish within 2 minutes")
+        page.wait_for_timeout(300)
+        if name == "setup":
+            continue
+        cell.scroll_into_view_if_needed()
+        cell.screenshot(path=str(SHOTS / f"checker-{name}.png"))
+        shown[name] = {
+            "text": "\n".join(
+                o.inner_text() for o in cell.locator(".jp-OutputArea-output").all()
+            ),
+            "prompts": [
+                p.inner_text().strip()
+                for p in cell.locator(".jp-OutputArea-prompt").all()
+            ],
+            "results": cell.locator(".jp-OutputArea-executeResult").count(),
+            "height": cell.bounding_box()["height"],
+        }
+    return shown
+
+
+@pytest.mark.parametrize("attempt", list(ATTEMPTS))
+def test_a_checker_speaks_in_one_or_two_lines(checker_outputs, attempt) -> None:
+    out = checker_outputs[attempt]
+    lines = out["text"].strip("\n").splitlines()
+    assert 1 <= len(lines) <= 2, f"{attempt}: {len(lines)} lines:\n{out['text']}"
+    assert lines[0].startswith(FIRST_LINE[attempt]), f"{attempt}: {lines[0]!r}"
+    assert not FRAMES.search(out["text"]), f"{attempt}: traceback shown:\n{out['text']}"
+    assert out["results"] == 0 and not any(out["prompts"]), (
+        f"{attempt}: an Out[n]: under the call: prompts {out['prompts']}"
+    )
+    # the cell and its message fit on one 1280x900 screen: nothing below the fold
+    assert out["height"] < 900, f"{attempt}: the cell is {out['height']:.0f} px tall"

@@ -1,0 +1,159 @@
+"""Citations that read as the book's text in JupyterLab: ``Su et al. [2024]``, not a key.
+
+``jupyterlab-myst`` (2.7.0) renders MyST in JupyterLab but reads no bibliography: every
+``{cite:t}`` / ``{cite:p}`` role shows its bare key (``su2021roformer``) as a "Citation
+Not Found" warning. This script writes, in front of each citation in the chapters'
+Markdown cells, the text the web book shows for it, computed by sphinxcontrib-bibtex's
+own author-year style from ``book/references.bib``, and hides each of the two where it
+does not belong::
+
+    <span class="d-none">Su et al. [2024]</span><span class="lm-mod-hidden">{cite:t}`su2021roformer`</span>
+
+* ``d-none`` (Bootstrap, in the book's theme) hides the text on the web and in the PDF
+  (printed from the HTML), which show the citation exactly as before;
+* ``lm-mod-hidden`` (Lumino, JupyterLab's own) hides the role in JupyterLab, which shows
+  the text.
+
+Authors write plain ``{cite:t}`key``` and run this script (load-modify-save of each
+notebook, only the Markdown cells that change); it is idempotent: a wrapped citation
+has its text recomputed (after a change to the .bib file), nothing else moves.
+``--check`` changes nothing and exits 1 when a citation is unwrapped or its text is
+stale.
+
+Usage: python scripts/jupyterlab_citations.py [--check] [NOTEBOOK ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+BIB = BOOK / "references.bib"
+
+ROLE = r"\{cite:(?P<kind>[a-z]+)\}`(?P<keys>[^`]+)`"
+WRAPPED = re.compile(
+    r'<span class="d-none">(?P<text>[^<]*)</span>'
+    r'<span class="lm-mod-hidden">' + ROLE + "</span>"
+)
+CITATION = re.compile(WRAPPED.pattern + "|" + ROLE.replace("?P<", "?P<bare_"))
+
+
+class _Builder:
+    """Enough of a Sphinx builder for sphinxcontrib-bibtex to render a reference."""
+
+    name = "html"
+
+    def get_relative_uri(self, fromdocname: str, todocname: str) -> str:
+        return f"{todocname}.html"
+
+
+class Citations:
+    """The text sphinxcontrib-bibtex's ``author_year`` style gives a citation, keys in
+    the order of the book's bibliography (pybtex's ``author_year_title`` sorting, as
+    ``book/_ext/book_html.py``'s ``authoryear`` style uses)."""
+
+    def __init__(self, bib: Path = BIB) -> None:
+        import pybtex.plugin
+        from pybtex.database import parse_file
+        from sphinxcontrib.bibtex.style.referencing.author_year import (
+            AuthorYearReferenceStyle,
+        )
+
+        self.entries = parse_file(str(bib)).entries
+        self.style = AuthorYearReferenceStyle()
+        self.backend = pybtex.plugin.find_plugin("pybtex.backends", "docutils")()
+        sorting = pybtex.plugin.find_plugin("pybtex.style.sorting", "author_year_title")
+        order = sorting().sort(list(self.entries.values()))
+        self.rank = {entry.key: i for i, entry in enumerate(order)}
+
+    def text(self, kind: str, keys: str) -> str:
+        from sphinxcontrib.bibtex.style.referencing import format_references
+        from sphinxcontrib.bibtex.style.template import SphinxReferenceInfo
+
+        names = [k.strip() for k in keys.split(",")]
+        missing = [k for k in names if k not in self.entries]
+        if missing:
+            raise KeyError(f"not in {BIB.name}: {', '.join(missing)}")
+        info = SphinxReferenceInfo(
+            _Builder(), "chapter", "bibliography", "", None, "", ""
+        )
+        refs = [
+            (self.entries[k], None, info)
+            for k in sorted(names, key=self.rank.__getitem__)
+        ]
+        nodes = format_references(self.style, kind, refs).render(self.backend)
+        return "".join(node.astext() for node in nodes)
+
+    def wrap(self, match: re.Match[str]) -> str:
+        kind = match.group("kind") or match.group("bare_kind")
+        keys = match.group("keys") or match.group("bare_keys")
+        text = self.text(kind, keys)
+        return (
+            f'<span class="d-none">{text}</span>'
+            f'<span class="lm-mod-hidden">{{cite:{kind}}}`{keys}`</span>'
+        )
+
+
+def _source(cell: dict[str, Any]) -> str:
+    src = cell["source"]
+    return src if isinstance(src, str) else "".join(src)
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def process(path: Path, citations: Citations, *, check: bool) -> int:
+    """Wrap or refresh every citation in ``path``'s Markdown cells; the number changed."""
+    raw = path.read_text(encoding="utf-8")
+    nb = json.loads(raw)
+    changed = 0
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        old = _source(cell)
+        new = CITATION.sub(citations.wrap, old)
+        if new != old:
+            changed += sum(
+                a != b
+                for a, b in zip(
+                    CITATION.findall(old), CITATION.findall(new), strict=True
+                )
+            )
+            if not check:
+                src = cell["source"]
+                cell["source"] = new if isinstance(src, str) else _lines(new)
+    if changed and not check:
+        text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+        path.write_text(text, encoding="utf-8")
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing")
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    args = parser.parse_args(argv)
+    notebooks = args.notebooks or sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
+    citations = Citations()
+    total = 0
+    for path in notebooks:
+        n = process(path, citations, check=args.check)
+        total += n
+        if n:
+            verb = "to wrap or refresh" if args.check else "wrapped or refreshed"
+            print(f"{path.name}: {n} citation(s) {verb}")
+    if args.check and total:
+        print("run: python scripts/jupyterlab_citations.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
