@@ -25,7 +25,7 @@ output dtype's rounding for positions up to at least :math:`10^6`. A float32 ang
 ``pos * omega_i`` carries a relative error of about ``2**-23`` (more with the ``exp``
 recipe of the frequencies), i.e. ``pos * omega_i * 2**-23`` radians: up to
 ``1.1e-7 * pos`` when ``omega_1`` is close to 1, 0.06 rad near a million at ``D = 128``
-(chapter ``ch-rope`` measures it).
+(chapter :ref:`ch-rope` measures it).
 
 Derivations (the shift theorem, the dot product as a function of the offset) are in the
 chapter; the functions here only implement them.
@@ -138,7 +138,7 @@ def sinusoidal_encoding(
     device = _validate.device("device", device)
     omega = _frequencies("dim", dim, base).to(device)  # (D/2,) float64
     pos = torch.arange(num_positions, dtype=torch.float64, device=device)  # (L,)
-    angles = pos[:, None] * omega[None, :]  # (L, D/2), float64: exact at pos = 1e6
+    angles = pos[:, None] * omega[None, :]  # (L, D/2), float64: ~1e-10 rad at pos = 1e6
     pe = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1)  # (L, D/2, 2)
     return pe.flatten(-2).to(dtype)  # (L, D): sin, cos, sin, cos, ...
 
@@ -200,8 +200,8 @@ def sinusoidal_dot_products(
 
     Each pair contributes :math:`\sin m\omega_i \sin n\omega_i +
     \cos m\omega_i \cos n\omega_i = \cos(k\omega_i)`, so the dot product is
-    :math:`g(k) = \sum_{i} \cos(k\,\omega_i)`: a function of the offset alone, even in
-    ``k``, with :math:`g(0) = D/2`.
+    :math:`\psi(k) = \sum_{i} \cos(k\,\omega_i)` (the chapter's :math:`\psi`): a function
+    of the offset alone, even in ``k``, with :math:`\psi(0) = D/2`.
 
     Args:
         offsets: offsets ``k``, an integer or floating-point tensor of any shape.
@@ -209,7 +209,7 @@ def sinusoidal_dot_products(
         base: the base of the frequency progression.
 
     Returns:
-        :math:`g(k)` for each offset, float64, on ``offsets``' device.
+        :math:`\psi(k)` for each offset, float64, on ``offsets``' device.
 
     Shape:
         offsets: ``(...)``; output: ``(...)``.
