@@ -196,11 +196,11 @@ def check_causal_mask(causal_mask: Callable[..., torch.Tensor]) -> Iterator[Case
 
 @checker
 def check_split_heads(split_heads: Callable[..., torch.Tensor]) -> Iterator[Case]:
-    r"""Check a learner's ``split_heads(x, num_heads)``: ``(B, L, E) -> (B, H, L, E/H)``
+    r"""Check a learner's ``split_heads(x, num_heads)``: ``(B, L, D) -> (B, H, L, D/H)``
 
-    Head ``h`` must hold features ``h*E/H ... (h+1)*E/H - 1`` of every token, as
+    Head ``h`` must hold features ``h*D/H ... (h+1)*D/H - 1`` of every token, as
     ``nn.MultiheadAttention`` and every Transformer implementation split them. Named
-    mistake: "reshaped to (B, H, L, E/H) directly".
+    mistake: "reshaped to (B, H, L, D/H) directly".
 
     Args:
         split_heads: a function ``split_heads(x, num_heads) -> Tensor``.
@@ -209,13 +209,13 @@ def check_split_heads(split_heads: Callable[..., torch.Tensor]) -> Iterator[Case
     for batch, length, width, heads in ((2, 5, 12, 3), (1, 4, 8, 4)):
         x = torch.randn(batch, length, width, generator=gen)
         mistake = Mistake(
-            "reshaped to (B, H, L, E/H) directly",
-            "view(B, H, L, E/H) mixes tokens across heads; reshape to (B, L, H, E/H) "
+            "reshaped to (B, H, L, D/H) directly",
+            "view(B, H, L, D/H) mixes tokens across heads; reshape to (B, L, H, D/H) "
             "first, then transpose(1, 2).",
             x.reshape(batch, heads, length, width // heads),
         )
         yield Case(
-            "head h holds features h*E/H ... (h+1)*E/H - 1 of every token",
+            "head h holds features h*D/H ... (h+1)*D/H - 1 of every token",
             {"x": x, "num_heads": heads},
             x.view(batch, length, heads, width // heads).transpose(1, 2),
             [mistake],

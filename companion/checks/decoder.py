@@ -121,14 +121,14 @@ def check_repeat_kv(repeat_kv: Callable[..., Tensor]) -> Iterator[Case]:
             mistakes.append(
                 Mistake(
                     "heads tiled, not grouped",
-                    "query head h uses key/value head h // groups: repeat each head "
-                    "groups times in place (repeat_interleave on dim 1), not the whole "
-                    "stack of heads.",
+                    "query head h uses key/value head h // G (G = groups, the query "
+                    "heads per key/value head): repeat each head G times in place "
+                    "(repeat_interleave on dim 1), not the whole stack of heads.",
                     x.repeat(1, groups, 1, 1),
                 )
             )
         yield Case(
-            f"head h is key/value head h // groups (H_kv={kv}, groups={groups})",
+            f"head h is key/value head h // G (H_kv={kv}, G={groups})",
             {"x": x, "groups": groups},
             _repeat_kv(x, groups),
             mistakes,

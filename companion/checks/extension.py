@@ -18,9 +18,9 @@ __all__ = [
 ]
 
 
-def _power_of_two_slopes(n: int) -> list[float]:
-    """2^(-8k/n), k = 1..n: the power-of-two rule applied to any n."""
-    return [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+def _power_of_two_slopes(heads: int) -> list[float]:
+    """2^(-8h/H), h = 1..H: the power-of-two rule applied to any H."""
+    return [2.0 ** (-8.0 * h / heads) for h in range(1, heads + 1)]
 
 
 def _f64(values: object) -> torch.Tensor:
@@ -34,7 +34,7 @@ def check_alibi_slopes(alibi_slopes: Callable[..., object]) -> Iterator[Case]:
     Reference: :func:`companion.extension.alibi_slopes`. Cases: 8 heads (a power of
     two), then 12, 6, 24 and 1 (the interleaved rule). A list of floats is a fine
     answer, so Press et al.'s own ``get_slopes(n)`` passes. Named mistakes:
-    "power-of-two rule for every head count" (:math:`2^{-8h/n}` for any :math:`n`),
+    "power-of-two rule for every head count" (:math:`2^{-8h/H}` for any :math:`H`),
     "extra slopes not interleaved" (taken consecutively instead of every other one),
     "slope 2^-h for every head count".
 
@@ -47,29 +47,29 @@ def check_alibi_slopes(alibi_slopes: Callable[..., object]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "power-of-two rule for every head count",
-                f"2^(-8h/n) is the rule only when n is a power of two. For {num_heads} "
-                f"heads take the {closest} slopes of {closest} heads, then every other "
-                f"slope of {2 * closest} heads (2^(-4/{closest}), 2^(-12/{closest}), "
-                "...) for the rest.",
+                f"2^(-8h/H) is the rule only when H is a power of two. For H = "
+                f"{num_heads} heads take the slopes of c = {closest} heads, then every "
+                f"other slope of 2c = {2 * closest} heads, from the first "
+                f"(2^(-4/{closest}), 2^(-12/{closest}), ...), for the other H - c.",
                 _f64(_power_of_two_slopes(num_heads)),
             ),
             Mistake(
                 "extra slopes not interleaved",
-                "the extra heads take the odd-numbered slopes of the "
-                f"{2 * closest}-head sequence ([0::2] in the reference code), which "
-                "fall between the first ones; you took its first slopes in a row.",
+                f"the H - c = {num_heads - closest} extra heads take every other slope "
+                f"of the 2c = {2 * closest}-head sequence, from the first ([0::2] in "
+                "the reference code); you took its first slopes in a row.",
                 _f64(_power_of_two_slopes(closest) + extra),
             ),
             Mistake(
                 "slope 2^-h for every head count",
-                "1/2, 1/4, ... is the 8-head sequence; in general the ratio is "
-                "2^(-8/n).",
+                "1/2, 1/4, ... is the 8-head sequence; for H heads the ratio is "
+                "2^(-8/H).",
                 _f64([2.0**-k for k in range(1, num_heads + 1)]),
             ),
         ]
         power_of_two = num_heads & (num_heads - 1) == 0
         yield Case(
-            "geometric slopes 2^(-8h/n) for a power of two"
+            "geometric slopes 2^(-8h/H) for a power of two"
             if power_of_two
             else "interleaved rule for a head count that is not a power of two",
             {"num_heads": num_heads},
@@ -106,14 +106,14 @@ def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case
             ),
             Mistake(
                 "exponent head_dim instead of head_dim/(head_dim-2)",
-                "the exponent is D/(D-2), chosen so that the lowest pair (i = D/2 - 1, "
-                "exponent (D-2)/D) is slowed by exactly the factor.",
+                "the exponent is D/(D-2), chosen so that the slowest pair "
+                "(i = D/2 - 1, exponent (D-2)/D) is slowed by exactly the factor.",
                 _f64(b * s**d),
             ),
             Mistake(
                 "base multiplied by the factor",
-                "b*s slows the lowest pair by s^((D-2)/D), slightly less than s; raise "
-                "the factor to the power D/(D-2).",
+                "b*s slows the slowest pair by s^((D-2)/D), slightly less than s; "
+                "raise the factor to the power D/(D-2).",
                 _f64(b * s),
             ),
             Mistake(
@@ -130,7 +130,7 @@ def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case
             ),
         ]
         yield Case(
-            "the lowest pair slowed by the factor, the highest unchanged",
+            "the slowest pair slowed by the factor, the fastest unchanged",
             {"base": b, "factor": s, "head_dim": d},
             _f64(right),
             mistakes,
@@ -164,8 +164,9 @@ def check_yarn_ramp(yarn_ramp: Callable[..., torch.Tensor]) -> Iterator[Case]:
     original_max_position_embeddings, beta_fast, beta_slow) -> (D/2,)``.
 
     The arguments come positionally, in this order. Reference:
-    :func:`companion.extension.yarn_ramp` (0 = pair untouched, 1 = fully interpolated;
-    HF transformers' rounding of the range). Named mistakes: "beta_fast and beta_slow
+    :func:`companion.extension.yarn_ramp`: the interpolation weight :math:`\rho_i` of
+    chapter 03 (0 = pair untouched, 1 = fully interpolated; HF transformers' rounding of
+    the range). Named mistakes: "beta_fast and beta_slow
     swapped", "YaRN ramp reversed", "correction range not rounded outwards" (no
     ``floor``/``ceil``).
 
@@ -195,17 +196,17 @@ def check_yarn_ramp(yarn_ramp: Callable[..., torch.Tensor]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "beta_fast and beta_slow swapped",
-                f"low comes from beta_fast = {fast} (pairs turning more often than "
-                f"that are kept) and high from beta_slow = {slow}; you computed the "
-                "range with the two exchanged.",
+                f"low comes from beta_fast = r_fast = {fast} turns (pairs turning more "
+                f"often are kept, ρ_i = 0) and high from beta_slow = r_slow = {slow}; "
+                "you computed the range with the two exchanged.",
                 _ramp(head_dim, base, n0, slow, fast),
             ),
             Mistake(
                 "YaRN ramp reversed",
-                "fast pairs (small i, more than beta_fast turns over the training "
-                "length) must get 0 (kept as they are) and slow pairs 1 "
-                "(interpolated): ramp = clamp((i - low) / (high - low), 0, 1) with low "
-                "from beta_fast, high from beta_slow.",
+                "fast pairs (small i, more than r_fast turns in L0 tokens) must get "
+                "ρ_i = 0 (kept as they are) and slow pairs ρ_i = 1 (interpolated): "
+                "ρ_i = clamp((i - low) / (high - low), 0, 1), low from beta_fast, high "
+                "from beta_slow.",
                 1 - expected,
             ),
             Mistake(
@@ -216,7 +217,7 @@ def check_yarn_ramp(yarn_ramp: Callable[..., torch.Tensor]) -> Iterator[Case]:
             ),
         ]
         yield Case(
-            "0 for pairs with > beta_fast turns, 1 for pairs with < beta_slow turns",
+            "ρ_i = 0 for pairs with > r_fast turns, 1 for pairs with < r_slow turns",
             inputs,
             expected,
             mistakes,
@@ -264,9 +265,10 @@ def check_llama3_frequencies(
         mistakes = [
             Mistake(
                 "bands swapped",
-                f"pairs with wavelength above {n0}/low_freq_factor (slow pairs, which "
-                "never turned in the training length) are divided by the factor; "
-                f"pairs with wavelength below {n0}/high_freq_factor are kept.",
+                f"pairs with wavelength λ_i above L0/low_freq_factor = {n0}/{lo:g} "
+                "(slow pairs, which never turned in the training length) are divided "
+                f"by the factor; pairs with λ_i below L0/high_freq_factor = "
+                f"{n0}/{hi:g} are kept.",
                 swapped,
             ),
             Mistake(
@@ -277,8 +279,9 @@ def check_llama3_frequencies(
             ),
             Mistake(
                 "blend weights reversed in the middle band",
-                "in the middle band theta' = (1 - mu) theta / s + mu theta with "
-                "mu = (L0 / wavelength - low) / (high - low): mu = 1 at the fast edge.",
+                "in the middle band θ'_i = (1 - μ_i) θ_i / s + μ_i θ_i with "
+                "μ_i = (L0/λ_i - low_freq_factor) / (high_freq_factor - "
+                "low_freq_factor): μ_i = 1 at the fast edge.",
                 torch.where(outer, expected, swapped),
             ),
         ]

@@ -21,7 +21,7 @@ __all__ = [
 
 
 def _frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
-    """w_i = base^(-2i/D), float64, over the pair index i."""
+    """ω_i = base^(-2i/D), float64, over the pair index i."""
     return base ** (-2.0 * torch.arange(dim // 2, dtype=torch.float64) / dim)
 
 
@@ -71,7 +71,7 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]
     """
     cases = [
         (
-            "matches PE(pos, 2i) = sin(pos w_i), PE(pos, 2i+1) = cos(pos w_i)",
+            "matches PE(pos, 2i) = sin(pos ω_i), PE(pos, 2i+1) = cos(pos ω_i)",
             3,
             4,
             1e-5,
@@ -140,7 +140,7 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]
             mistakes.append(
                 Mistake(
                     "angles computed in float32",
-                    "pos * w_i in float32 is off by up to about pos * 6e-8 radians "
+                    "pos ω_i in float32 is off by up to about pos * 6e-8 radians "
                     "(hundredths of a radian near pos = 1e6); form positions and "
                     "frequencies in float64, take sin/cos, then cast.",
                     reference,
@@ -169,18 +169,18 @@ def check_wavelengths(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "frequency instead of wavelength",
-                "the wavelength is the number of positions per full turn, 2*pi / w_i.",
+                "the wavelength is the number of positions per full turn, 2*pi / ω_i.",
                 omega,
             ),
             Mistake(
                 "wavelength without the 2*pi",
-                "sin(pos * w) repeats when pos * w grows by 2*pi, so the period is "
-                "2*pi / w_i.",
+                "sin(pos ω_i) repeats when pos ω_i grows by 2*pi, so the period is "
+                "2*pi / ω_i.",
                 1.0 / omega,
             ),
             Mistake(
                 "exponent i/D instead of 2i/D",
-                "w_i = 10000**(-2i/D) for the pair index i = 0 .. D/2-1.",
+                "ω_i = 10000**(-2i/D) for the pair index i = 0 .. D/2-1.",
                 2.0 * torch.pi * 10000.0 ** (i / dim),
             ),
             Mistake(
@@ -240,8 +240,7 @@ def check_shift_matrix(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
             ),
             Mistake(
                 "angle k instead of k * w_i",
-                "block i rotates by k * w_i, the angle pair i advances over k "
-                "positions.",
+                "block i rotates by k ω_i, the angle pair i advances over k positions.",
                 torch.block_diag(*blocks),
             ),
             Mistake(
@@ -266,7 +265,7 @@ def check_dot_product_curve(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
     r"""Check a learner's dot-product curve ``fn(offsets, dim)``: PE(m) . PE(m + k).
 
     Reference: :func:`companion.positional.sinusoidal_dot_products`,
-    :math:`g(k) = \sum_i \cos(k\,\omega_i)`. Named mistakes: "sum of sines instead of
+    :math:`\psi(k) = \sum_i \cos(k\,\omega_i)`. Named mistakes: "sum of sines instead of
     cosines", "each pair counted twice", "cosine similarity instead of the dot product".
 
     Args:
@@ -282,13 +281,13 @@ def check_dot_product_curve(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
         mistakes = [
             Mistake(
                 "sum of sines instead of cosines",
-                "sin(m w) sin(n w) + cos(m w) cos(n w) = cos((m - n) w): the curve is "
-                "a sum of cosines, and g(0) = D/2.",
+                "sin(m ω) sin(n ω) + cos(m ω) cos(n ω) = cos((m - n) ω): the curve is "
+                "a sum of cosines, and ψ(0) = D/2.",
                 torch.sin(angles).sum(-1),
             ),
             Mistake(
                 "each pair counted twice",
-                "a pair (sin, cos) contributes one cosine cos(k w_i), not two: g(0) = "
+                "a pair (sin, cos) contributes one cosine cos(k ω_i), not two: ψ(0) = "
                 "D/2.",
                 2.0 * reference,
             ),
@@ -300,7 +299,7 @@ def check_dot_product_curve(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
             ),
         ]
         yield Case(
-            "g(k) = sum_i cos(k w_i), a function of the offset only",
+            "ψ(k) = sum_i cos(k ω_i), a function of the offset only",
             {"offsets": offsets, "dim": dim},
             reference,
             mistakes,

@@ -80,13 +80,13 @@ def check_rope_frequencies(
             ),
             Mistake(
                 "exponent with the wrong sign",
-                "theta_i = base**(-2i/D) decreases from 1; base**(2i/D) grows to "
+                "θ_i = base**(-2i/D) decreases from 1; base**(2i/D) grows to "
                 "nearly base radians per position.",
                 base ** (2 * i / head_dim),
             ),
         ]
         yield Case(
-            "theta_i = base^(-2i/D), one per pair, in float64",
+            "θ_i = base^(-2i/D), one per pair, in float64",
             {"head_dim": head_dim, "base": base},
             reference,
             mistakes,
@@ -123,7 +123,7 @@ def check_apply_rope(
     gen = torch.Generator().manual_seed(0)
     cases = [
         (
-            "rotates pair i by m*theta_i",
+            "rotates pair i by m θ_i",
             torch.randn(2, 3, 6, 8, generator=gen),
             torch.arange(1, 7),
             10000.0,
@@ -152,12 +152,13 @@ def check_apply_rope(
             Mistake(
                 "the sign of the rotation flipped",
                 "pair (a, b) at angle t becomes (a cos t - b sin t, b cos t + a sin "
-                "t), a multiplication by e^{+it}; you rotated by -t (clockwise).",
+                "t), a multiplication by e^(+i t) (i the imaginary unit); you rotated "
+                "by -t (clockwise).",
                 _rotate(x, positions, base, layout=layout, sign=-1.0),
             ),
             Mistake(
                 "frequencies base^(-i/D)",
-                "theta_i = base**(-2i/D) over the pair index i = 0 .. D/2-1.",
+                "θ_i = base**(-2i/D) over the pair index i = 0 .. D/2-1.",
                 _rotate(x, positions, base, layout=layout, exponent=1.0),
             ),
             Mistake(
@@ -298,7 +299,7 @@ def check_rope_cos_sin(
         rope_cos_sin: a function ``(positions, head_dim, base) -> (cos, sin)``.
     """
     cases = [
-        ("cos and sin of m * theta_i", torch.arange(6), 8, 10000.0),
+        ("cos and sin of m θ_i", torch.arange(6), 8, 10000.0),
         (
             "float32-accurate at positions near 2^20",
             torch.tensor([2**20 - 1, 1_000_003, 777_777]),
@@ -316,13 +317,13 @@ def check_rope_cos_sin(
         mistakes = [
             Mistake(
                 "frequencies base^(-i/D)",
-                "theta_i = base**(-2i/D) over the pair index i = 0 .. D/2-1.",
+                "θ_i = base**(-2i/D) over the pair index i = 0 .. D/2-1.",
                 (wrong.cos().float(), wrong.sin().float()),
             ),
             Mistake(
                 "angles computed in float32",
                 "this is the recipe of Hugging Face's LlamaRotaryEmbedding and Meta's "
-                "precompute_freqs_cis: m * theta in float32 keeps about 7 significant "
+                "precompute_freqs_cis: m θ_i in float32 keeps about 7 significant "
                 "digits, so at m near 2^20 the angle is off by up to a few hundredths "
                 "of a radian. Form the angles in float64, take cos and sin, then cast "
                 "to float32.",

@@ -212,7 +212,7 @@ def test_split_heads_names(named) -> None:
         lambda: checks.check_split_heads(
             lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1)
         ),
-        "reshaped to (B, H, L, E/H) directly",
+        "reshaped to (B, H, L, D/H) directly",
     )
 
 
