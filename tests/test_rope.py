@@ -1074,19 +1074,22 @@ def test_check_rope_cos_sin_both_ways() -> None:
         )
 
 
-def notebook_hf_cos_sin(
-    position_ids: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype
-):
-    """Copy of the chapter's ``hf_cos_sin`` (the precision study), kept in sync by "
-    "hand."""
-    inv_freq = 1.0 / (
-        base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)
-    )
-    freqs = position_ids[..., None].float() * inv_freq  # float32 angles (..., D/2)
-    emb = torch.cat(
-        (freqs, freqs), dim=-1
-    )  # (..., D): the table repeated for rotate_half
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+def notebook_hf_cos_sin():
+    """The chapter's own ``hf_cos_sin`` (the precision study), read from the notebook."""
+    import ast
+    import json
+    from pathlib import Path
+
+    notebook = Path(__file__).resolve().parents[1] / "book" / "02_rope.ipynb"
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and "def hf_cos_sin(" in source:
+            for node in ast.parse(source).body:
+                if isinstance(node, ast.FunctionDef) and node.name == "hf_cos_sin":
+                    namespace = {"torch": torch}
+                    exec(ast.get_source_segment(source, node), namespace)
+                    return namespace["hf_cos_sin"]
+    raise AssertionError("book/02_rope.ipynb no longer defines hf_cos_sin")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -1095,7 +1098,7 @@ def test_chapter_replica_of_hf_table_is_bit_exact(dtype: torch.dtype) -> None:
         0, 2**20, (64,), generator=torch.Generator().manual_seed(6)
     )
     hf_cos, hf_sin = hf_cos_sin(128, positions, torch.zeros(1, dtype=dtype))
-    cos, sin = notebook_hf_cos_sin(positions, 128, 10000.0, dtype)
+    cos, sin = notebook_hf_cos_sin()(positions, 128, 10000.0, dtype)
     assert torch.equal(cos, hf_cos[0]) and torch.equal(sin, hf_sin[0])
 
 
