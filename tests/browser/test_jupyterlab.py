@@ -21,13 +21,15 @@ Text hidden in a cell's rendered Markdown (``display: none``: the source of a ci
 that ``scripts/jupyterlab_citations.py`` hides there) is not what a learner reads and is
 left out. Screenshots go to ``_build/jupyterlab/``: ``02_rope-top.png``,
 ``02_rope-solution-folded.png``, ``02_rope-solution-open.png`` and
-``checker-wrong.png``, ``checker-pass.png``, ``checker-stub.png``. ``JUPYTERLAB_WITHOUT_MYST=1``
-runs the same checks with the ``jupyterlab-myst`` extension disabled, to show what they
-catch. Run with ``pytest tests/browser/test_jupyterlab.py --browser`` (``make browser``).
+``checker-wrong.png``, ``checker-pass.png``, ``checker-stub.png``.
+``JUPYTERLAB_WITHOUT_MYST=1`` runs the same checks with the ``jupyterlab-myst``
+extension disabled, to show what they catch. Run with
+``pytest tests/browser/test_jupyterlab.py --browser`` (``make browser``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -347,6 +349,32 @@ def test_citations_read_as_text(page, lab) -> None:
     assert not bare, (
         f"{len(bare)} citations shown as their bib key in JupyterLab (run "
         f"scripts/jupyterlab_citations.py): " + "\n".join(bare[:10])
+    )
+    missing = []
+    for chapter in CHAPTERS:
+        shown = "\n".join(c["text"] for c in _cells(page, lab, chapter))
+        source = (BOOK / chapter).read_text()
+        texts = re.findall(r'<span class=\\"d-none\\">([^<]*)</span>', source)
+        missing += [f"{chapter}: {t}" for t in texts if t not in shown]
+    assert not missing, f"citation texts not shown: {missing[:10]}"
+
+
+def test_citations_carry_the_web_books_text() -> None:
+    """Every citation in the chapters has its text, as the web book writes it now."""
+    spec = importlib.util.spec_from_file_location(
+        "jupyterlab_citations", ROOT / "scripts" / "jupyterlab_citations.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    citations = script.Citations()
+    stale = {
+        chapter: n
+        for chapter in CHAPTERS
+        if (n := script.process(BOOK / chapter, citations, check=True))
+    }
+    assert not stale, (
+        f"citations without their text or with a stale one: {stale} (run "
+        "python scripts/jupyterlab_citations.py)"
     )
 
 
