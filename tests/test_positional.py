@@ -93,8 +93,8 @@ def test_matches_hugging_face_distilbert_table() -> None:
 
 
 def test_float32_accurate_to_rounding_at_a_million() -> None:
-    """Float64 angles: every float32 entry is the correctly rounded value, up to pos "
-    "= 1e6."""
+    """Float64 angles: every float32 entry is the correctly rounded value, up to pos
+    = 1e6."""
     dim = 8
     table = sinusoidal_encoding(1_000_001, dim)
     rows = torch.tensor([0, 1, 999_983, 1_000_000])
@@ -630,8 +630,8 @@ def test_valid_random_inputs_never_raise(num_positions, dim, base, dtype, k) -> 
 def _table(
     num_positions: int, dim: int, exponent, *, base=10000.0, swap=False, halves=False
 ):
-    """A learner-style table: ``exponent(j, i, dim)`` gives the exponent for column "
-    "j, pair i."""
+    """A learner-style table: ``exponent(j, i, dim)`` gives the exponent for column
+    j, pair i."""
     pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
     cols = []
     for j in range(dim):

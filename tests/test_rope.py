@@ -52,8 +52,8 @@ TOL = {
 def loop_rope(
     x: torch.Tensor, positions: torch.Tensor, base: float, layout: str
 ) -> torch.Tensor:
-    """Float64 oracle from the formula: one explicit 2x2 rotation per (position, "
-    "pair)."""
+    """Float64 oracle from the formula: one explicit 2x2 rotation per (position,
+    pair)."""
     x = x.to(torch.float64)
     out = torch.empty_like(x)
     dim = x.shape[-1]
@@ -71,8 +71,8 @@ def loop_rope(
 def meta_precompute_freqs_cis(
     dim: int, end: int, theta: float = 10000.0
 ) -> torch.Tensor:
-    """Meta's LLaMA reference ``precompute_freqs_cis`` (float32 angles, as "
-    "published)."""
+    """Meta's LLaMA reference ``precompute_freqs_cis`` (float32 angles, as
+    published)."""
     freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
     t = torch.arange(end, device=freqs.device)
     freqs = torch.outer(t, freqs).float()
@@ -80,8 +80,8 @@ def meta_precompute_freqs_cis(
 
 
 def meta_apply_rotary_emb(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
-    """Meta's ``apply_rotary_emb`` for one tensor of shape (B, L, H, D), interleaved "
-    "pairs."""
+    """Meta's ``apply_rotary_emb`` for one tensor of shape (B, L, H, D), interleaved
+    pairs."""
     x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
     shape = [d if i in (1, x_.ndim - 1) else 1 for i, d in enumerate(x_.shape)]
     out = torch.view_as_real(x_ * freqs_cis.view(*shape)).flatten(3)
@@ -256,8 +256,8 @@ def test_permutations_are_inverse_and_map_layouts() -> None:
 
 
 def test_weight_permutation_gives_identical_scores() -> None:
-    """Converters permute each head's rows of W_q and W_k: scores in the other "
-    "layout agree."""
+    """Converters permute each head's rows of W_q and W_k: scores in the other
+    layout agree."""
     gen = torch.Generator().manual_seed(5)
     heads, head_dim, d_model, length = 2, 8, 12, 6
     w_q, w_k = (
@@ -845,8 +845,8 @@ def test_tables_on_another_device_are_named(device) -> None:
 
 
 def test_empty_inputs_give_the_empty_answer() -> None:
-    """L = 0 rows (an empty prompt, an empty cache slice): the empty result, no "
-    "error."""
+    """L = 0 rows (an empty prompt, an empty cache slice): the empty result, no
+    error."""
     cos, sin = rope_cos_sin(torch.arange(0), F64)
     assert cos.shape == sin.shape == (0, 4)
     for layout in LAYOUTS:
@@ -1130,8 +1130,8 @@ def test_error_vs_position_plot_helper() -> None:
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_gradients_flow_through_both_layouts(layout: str) -> None:
-    """apply_rope is differentiable (training uses it); the gradient of a rotation "
-    "is R^T."""
+    """apply_rope is differentiable (training uses it); the gradient of a rotation
+    is R^T."""
     x = torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
     cos, sin = rope_cos_sin(
         torch.arange(3) + 2, rope_frequencies(4), dtype=torch.float64
@@ -1165,8 +1165,8 @@ def test_gradients_flow_through_both_layouts(layout: str) -> None:
 def test_blocked_half_layout_matches_the_formula(
     monkeypatch, block, x_shape, table, seq_dim
 ) -> None:
-    """The CPU fast path rotates block by block; every split must give the plain "
-    "formula."""
+    """The CPU fast path rotates block by block; every split must give the plain
+    formula."""
     monkeypatch.setattr(_rope_fast, "BLOCK", block)
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(x_shape, generator=gen, dtype=torch.float64)
