@@ -587,8 +587,7 @@ def test_module_on_another_device_than_its_input_is_named() -> None:
     module = SinusoidalPositionalEncoding(8, max_len=4)
     x = torch.zeros(1, 2, 8)
     # a table on a device x is not on: only checkable with two devices; the check itself
-    # is
-    # the shared one, so here its message is checked through the same call on a copy
+    # is the shared one, so here its message is checked through the same call on a copy
     module.pe = module.pe.to("meta")
     with pytest.raises(ValueError, match="x must be on the table pe's device meta"):
         module(x)
