@@ -219,13 +219,14 @@ def rotate_interleaved(x: Tensor) -> Tensor:
 
 
 def interleaved_to_half_permutation(head_dim: int) -> Tensor:
-    r"""Indices ``p`` with ``x_half = x_interleaved[..., p]``..
+    r"""Indices ``p`` with ``x_half = x_interleaved[..., p]``.
 
     Column ``i`` of the half layout is coordinate ``2i`` of the interleaved one and
     column ``i + D/2`` is coordinate ``2i + 1``, so pair :math:`i` moves from
-    ``(2i, 2i+1)`` to ``(i, i + D/2)`` and keeps its frequency. Applying ``p`` to the
-    output rows of each head of :math:`W_q` and :math:`W_k` is what checkpoint
-    converters (Meta to Hugging Face) do.
+    ``(2i, 2i+1)`` to ``(i, i + D/2)`` and keeps its frequency. Applying ``p`` to each
+    head's rows of the stored query and key weights (``nn.Linear.weight``, whose rows are
+    the columns of :math:`W_Q` and :math:`W_K`) is what checkpoint converters (Meta to
+    Hugging Face) do.
 
     Args:
         head_dim: the head width ``D``; a positive even integer.
