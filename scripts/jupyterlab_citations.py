@@ -1,4 +1,4 @@
-"""Citations that read as the book's text in JupyterLab: ``Su et al. [2024]``, not a key.
+"""Citations that read as the book's text in JupyterLab ("Su et al. [2024]"), not keys.
 
 ``jupyterlab-myst`` (2.7.0) renders MyST in JupyterLab but reads no bibliography: every
 ``{cite:t}`` / ``{cite:p}`` role shows its bare key (``su2021roformer``) as a "Citation
@@ -7,7 +7,10 @@ Markdown cells, the text the web book shows for it, computed by sphinxcontrib-bi
 own author-year style from ``book/references.bib``, and hides each of the two where it
 does not belong::
 
-    <span class="d-none">Su et al. [2024]</span><span class="lm-mod-hidden">{cite:t}`su2021roformer`</span>
+    <span class="d-none">Su et al. [2024]</span><span class="lm-mod-hidden">
+    {cite:t}`su2021roformer`</span>
+
+(one line in the cell; broken here to fit).
 
 * ``d-none`` (Bootstrap, in the book's theme) hides the text on the web and in the PDF
   (printed from the HTML), which show the citation exactly as before;
@@ -110,7 +113,7 @@ def _lines(text: str) -> list[str]:
 
 
 def process(path: Path, citations: Citations, *, check: bool) -> int:
-    """Wrap or refresh every citation in ``path``'s Markdown cells; the number changed."""
+    """Wrap or refresh each citation in ``path``'s Markdown cells; how many changed."""
     raw = path.read_text(encoding="utf-8")
     nb = json.loads(raw)
     changed = 0
