@@ -1,0 +1,1147 @@
+r"""The rest of the position family: relative biases, LongRoPE, and RoPE in 2-D and 3-D.
+
+The chapters before this one cover the absolute sinusoidal encoding, RoPE, ALiBi and the
+RoPE scaling rules. This module holds the other members a reader meets in real models,
+each matched to a reference in ``tests/test_relative.py``:
+
+**Relative positions inside attention.** With queries at positions :math:`i` and keys at
+:math:`j`:
+
+=====================================  ==============================================
+:func:`shaw_attention`                 Shaw et al. (2018): learned vectors
+                                       :math:`a^K_{\mathrm{clip}(j-i)}` added to the keys
+                                       (and :math:`a^V` to the values),
+                                       :math:`e_{ij} = q_i \cdot (k_j + a^K_{ij})`
+:func:`transformer_xl_scores`          Dai et al. (2019): the four terms of
+                                       :math:`(q_i + p_i)\cdot(k_j + p_j)` rewritten with a
+                                       relative encoding :math:`r_{i-j}` and two learned
+                                       vectors :math:`u, v`; computed with :func:`rel_shift`
+:func:`t5_relative_position_bucket`,   Raffel et al. (2020): one learned scalar per head
+:func:`t5_relative_bias`,              and *bucket* of :math:`j - i`, exact up to
+:class:`T5RelativeBias`                ``num_buckets/4`` positions, logarithmic up to
+                                       ``max_distance``; Hugging Face's T5 bit for bit
+=====================================  ==============================================
+
+ALiBi (:func:`companion.extension.alibi_bias`) is the same family with a fixed bias
+:math:`-a_h (i - j)` instead of a learned one.
+
+**RoPE variants.** :func:`longrope_frequencies` is Phi-3's ``"longrope"`` scaling (one
+searched factor per pair, short or long set by the sequence length) and its attention
+factor, equal to Hugging Face's ``ROPE_INIT_FUNCTIONS["longrope"]``.
+:func:`multimodal_position_ids` and :func:`multimodal_rope_cos_sin` are Qwen2-VL's
+multimodal RoPE (M-RoPE): three position ids per token (temporal, height, width) and
+contiguous sections of the pairs turned by each, equal to Hugging Face's
+``Qwen2VLModel.get_rope_index`` and ``Qwen2VLRotaryEmbedding``.
+:func:`axial_rope_frequencies` and :func:`axial_rope_cos_sin` are axial 2-D RoPE for
+image patches (Heo et al., 2024): half of the pairs turn with the column :math:`x`, the
+other half with the row :math:`y`, so a score depends on :math:`(x_1 - x_2, y_1 - y_2)`
+alone. The cos/sin tables plug into :func:`companion.rope.apply_rope`.
+
+**Choosing the base.** :func:`rope_base_lower_bound` is the smallest RoPE base for which
+the long-term-decay sum of Men et al. (2024), :math:`B(m) = \sum_i \cos(m\theta_i)`,
+stays non-negative up to a target context length.
+
+Shape legend: ``H`` heads, ``L`` query length, ``S`` key length, ``D`` head width.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from companion import _validate
+from companion.attention import _scale
+from companion.positional import _frequencies, sinusoidal_dot_products
+
+__all__ = [
+    "T5RelativeBias",
+    "axial_rope_cos_sin",
+    "axial_rope_frequencies",
+    "grid_positions",
+    "longrope_attention_factor",
+    "longrope_frequencies",
+    "multimodal_position_ids",
+    "multimodal_rope_cos_sin",
+    "rel_shift",
+    "relative_positions",
+    "rope_base_lower_bound",
+    "rope_decay_sum",
+    "shaw_attention",
+    "shaw_relative_index",
+    "shaw_scores",
+    "t5_relative_bias",
+    "t5_relative_position_bucket",
+    "transformer_xl_encoding",
+    "transformer_xl_scores",
+]
+
+
+# ---- relative positions ----------------------------------------------------------------
+
+
+def _lengths(
+    query_length: object, key_length: object, query_offset: object
+) -> tuple[int, int, int]:
+    return (
+        _validate.nonnegative_int("query_length", query_length),
+        _validate.nonnegative_int("key_length", key_length),
+        _validate.nonnegative_int("query_offset", query_offset),
+    )
+
+
+def relative_positions(
+    query_length: int,
+    key_length: int,
+    *,
+    query_offset: int = 0,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    r"""The matrix of relative positions :math:`j - i`, key minus query.
+
+    Query row ``l`` sits at position :math:`i = l + \text{query\_offset}` and key column
+    ``j`` at position :math:`j`: ``query_offset = 0`` is self-attention from the start,
+    ``query_offset = S - L`` queries that are the last ``L`` of ``S`` positions (a KV
+    cache; Hugging Face's T5 calls it ``past_seen_tokens``). Negative entries are keys
+    in the past. This is the ``relative_position`` of Hugging Face's
+    ``T5Attention.compute_bias`` (``memory_position - context_position``).
+
+    Args:
+        query_length: ``L``, at least 0.
+        key_length: ``S``, at least 0.
+        query_offset: the position of query row 0, at least 0.
+        device: output device.
+
+    Returns:
+        :math:`j - i`, int64.
+
+    Shape:
+        output: ``(L, S)``.
+    """
+    length, keys, offset = _lengths(query_length, key_length, query_offset)
+    device = _validate.device("device", device)
+    i = torch.arange(length, device=device) + offset  # (L,) query positions
+    j = torch.arange(keys, device=device)  # (S,) key positions
+    return j[None, :] - i[:, None]  # (L, S)
+
+
+# ---- T5 ---------------------------------------------------------------------------------
+
+
+def _t5_bucket_arguments(
+    bidirectional: object, num_buckets: object, max_distance: object
+) -> tuple[bool, int, int, int]:
+    """Validated ``(bidirectional, num_buckets, max_distance, n)`` with ``n`` the buckets
+    of one direction; ``n // 2`` exact buckets must exist and ``max_distance`` must lie
+    beyond them, or the logarithmic buckets divide by zero."""
+    bidirectional = _validate.flag("bidirectional", bidirectional)
+    smallest = 4 if bidirectional else 2
+    why = "two directions of at least 2 buckets" if bidirectional else "at least 2"
+    num_buckets = _validate.positive_int("num_buckets", num_buckets)
+    if num_buckets < smallest:
+        raise ValueError(
+            f"num_buckets must be an int >= {smallest} ({why}; a direction needs an "
+            f"exact bucket), got {num_buckets}"
+        )
+    n = num_buckets // 2 if bidirectional else num_buckets
+    max_distance = _validate.positive_int("max_distance", max_distance)
+    if max_distance <= n // 2:
+        raise ValueError(
+            f"max_distance must be > {n // 2} (the exact buckets of a direction, "
+            f"num_buckets={num_buckets} with bidirectional={bidirectional}), got "
+            f"{max_distance}"
+        )
+    return bidirectional, num_buckets, max_distance, n
+
+
+def t5_relative_position_bucket(
+    relative_position: Tensor,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> Tensor:
+    r"""T5's bucket of each relative position :math:`j - i` (key minus query).
+
+    With ``bidirectional`` (T5's encoder) half of the buckets serve keys in the past or
+    at the query (:math:`j - i \le 0`) and half keys in the future, offset by
+    ``num_buckets // 2``; without it (the decoder) keys in the future all share bucket 0
+    with the query itself. Within a direction of :math:`n` buckets and distance
+    :math:`r = |j - i|` (or :math:`\max(i - j, 0)`), with :math:`e = \lfloor n/2
+    \rfloor` exact buckets:
+
+    .. math::
+
+        \text{bucket}(r) = \begin{cases} r & r < e, \\
+        \min\!\Big(n - 1,\; e + \Big\lfloor \dfrac{\ln(r/e)}{\ln(\text{max\_distance}/e)}
+        \,(n - e) \Big\rfloor\Big) & r \ge e, \end{cases}
+
+    so every distance from ``max_distance`` on shares the last bucket. The logarithm is
+    computed in float32 exactly as Hugging Face's ``T5Attention._relative_position_bucket``
+    and Mesh TensorFlow's ``_relative_position_bucket`` (which T5 was trained with)
+    compute it: the result equals theirs for every input, including the distances where
+    the exact quotient is a whole number and float32 rounding decides the bucket.
+
+    Args:
+        relative_position: :math:`j - i`, an integer tensor of any shape, e.g. from
+            :func:`relative_positions`.
+        bidirectional: buckets for both directions (encoder) or the past only
+            (decoder).
+        num_buckets: total number of buckets (T5: 32); at least 4 if bidirectional, 2
+            otherwise.
+        max_distance: distance from which every position shares the last bucket (T5:
+            128); more than the exact buckets of a direction.
+
+    Returns:
+        Bucket indices in ``[0, num_buckets)``, int64, on ``relative_position``'s
+        device.
+
+    Shape:
+        relative_position: ``(...)``; output: ``(...)``.
+    """
+    relative_position = _validate.tensor(
+        "relative_position", relative_position, dtype="integer"
+    )
+    bidirectional, _, max_distance, n = _t5_bucket_arguments(
+        bidirectional, num_buckets, max_distance
+    )
+    rel = relative_position.to(torch.int64)
+    if bidirectional:
+        offset = (rel > 0).to(torch.int64) * n  # future keys: the upper half
+        distance = rel.abs()
+    else:
+        offset = torch.zeros_like(rel)
+        distance = (-rel).clamp(min=0)  # past keys only; the future is distance 0
+    exact = n // 2
+    # the same float32 operations in the same order as T5's code (bucket boundaries
+    # where the quotient is a whole number follow float32 rounding); distances below
+    # `exact` are clamped only to keep log(0) out of a value that is not used
+    large = exact + (
+        torch.log(distance.clamp(min=exact).float() / exact)
+        / math.log(max_distance / exact)
+        * (n - exact)
+    ).to(torch.int64)
+    large = large.clamp(max=n - 1)
+    return offset + torch.where(distance < exact, distance, large)
+
+
+def t5_relative_bias(
+    weight: Tensor,
+    query_length: int,
+    key_length: int,
+    *,
+    bidirectional: bool = True,
+    max_distance: int = 128,
+    query_offset: int = 0,
+) -> Tensor:
+    r"""T5's relative position bias: one learned scalar per head and bucket.
+
+    :math:`b_h(i, j) = W[\text{bucket}(j - i), h]` with the bucket of
+    :func:`t5_relative_position_bucket`; added to the attention scores before the
+    softmax (T5 does not divide its scores by :math:`\sqrt{D}`, the bias is added to
+    the raw :math:`q \cdot k`). The same bias serves every layer in T5 (only the first
+    layer owns the table). Equal to Hugging Face's ``T5Attention.compute_bias`` (which
+    returns it with a leading axis of 1) with ``bidirectional = not is_decoder``.
+
+    Args:
+        weight: the table :math:`W`, a floating-point tensor with one row per bucket
+            (``num_buckets = weight.shape[0]``) and one column per head.
+        query_length: ``L``.
+        key_length: ``S``.
+        bidirectional: see :func:`t5_relative_position_bucket`.
+        max_distance: see :func:`t5_relative_position_bucket`.
+        query_offset: the position of query row 0 (see :func:`relative_positions`).
+
+    Returns:
+        The bias per head, ``weight``'s dtype and device.
+
+    Shape:
+        weight: ``(num_buckets, H)``.
+        output: ``(H, L, S)``; broadcasts against scores ``(B, H, L, S)``.
+    """
+    weight = _validate.tensor("weight", weight, ndim=2, meaning="(num_buckets, H)")
+    try:
+        _t5_bucket_arguments(bidirectional, weight.shape[0], max_distance)
+    except ValueError as error:
+        if not str(error).startswith("num_buckets"):
+            raise
+        raise ValueError(
+            f"weight must have a valid number of rows (num_buckets): {error}"
+        ) from None
+    rel = relative_positions(
+        query_length, key_length, query_offset=query_offset, device=weight.device
+    )
+    buckets = t5_relative_position_bucket(
+        rel,
+        bidirectional=bidirectional,
+        num_buckets=weight.shape[0],
+        max_distance=max_distance,
+    )  # (L, S)
+    return weight[buckets].permute(2, 0, 1)  # (L, S, H) -> (H, L, S)
+
+
+class T5RelativeBias(nn.Module):
+    r"""T5's learned bucketed relative bias, a thin module around
+    :func:`t5_relative_bias`.
+
+    Holds ``relative_attention_bias``, an ``nn.Embedding(num_buckets, num_heads)``
+    named as in Hugging Face's ``T5Attention``, so a T5 checkpoint's
+    ``...relative_attention_bias.weight`` loads into it as it is.
+
+    Args:
+        num_heads: ``H``.
+        num_buckets: see :func:`t5_relative_position_bucket` (T5: 32).
+        max_distance: see :func:`t5_relative_position_bucket` (T5: 128).
+        bidirectional: ``True`` for an encoder, ``False`` for a decoder.
+        device: device of the table.
+        dtype: floating-point dtype of the table.
+
+    Shape:
+        output of ``forward(L, S)``: ``(H, L, S)``.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        bidirectional: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_heads = _validate.positive_int("num_heads", num_heads)
+        self.bidirectional, self.num_buckets, self.max_distance, _ = (
+            _t5_bucket_arguments(bidirectional, num_buckets, max_distance)
+        )
+        self.relative_attention_bias = nn.Embedding(
+            self.num_buckets, self.num_heads, **_validate.factory_kwargs(device, dtype)
+        )
+
+    def forward(
+        self, query_length: int, key_length: int, *, query_offset: int = 0
+    ) -> Tensor:
+        """The bias ``(H, L, S)`` for ``L`` queries starting at ``query_offset`` and
+        ``S`` keys."""
+        return t5_relative_bias(
+            self.relative_attention_bias.weight,
+            query_length,
+            key_length,
+            bidirectional=self.bidirectional,
+            max_distance=self.max_distance,
+            query_offset=query_offset,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, "
+            f"max_distance={self.max_distance}, bidirectional={self.bidirectional}"
+        )
+
+
+# ---- Shaw et al. -------------------------------------------------------------------------
+
+
+def shaw_relative_index(
+    query_length: int,
+    key_length: int,
+    max_relative_position: int,
+    *,
+    query_offset: int = 0,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    r"""Row of Shaw et al.'s table for each query-key pair:
+    :math:`\mathrm{clip}(j - i, -K, K) + K`.
+
+    Shaw et al. (2018) learn :math:`2K + 1` vectors :math:`w_{-K}, \ldots, w_K` and use
+    :math:`a_{ij} = w_{\mathrm{clip}(j - i, -K, K)}`: every key more than :math:`K`
+    positions away shares the last vector of its side.
+
+    Args:
+        query_length: ``L``.
+        key_length: ``S``.
+        max_relative_position: the clipping distance :math:`K` (the paper's
+            :math:`k`), at least 0.
+        query_offset: the position of query row 0 (see :func:`relative_positions`).
+        device: output device.
+
+    Returns:
+        Indices in ``[0, 2K]``, int64.
+
+    Shape:
+        output: ``(L, S)``.
+    """
+    k = _validate.nonnegative_int("max_relative_position", max_relative_position)
+    rel = relative_positions(
+        query_length, key_length, query_offset=query_offset, device=device
+    )
+    return rel.clamp(-k, k) + k
+
+
+def _shaw_inputs(
+    query: object, key: object, rel_key: object, query_offset: object
+) -> tuple[int, int]:
+    """Validates the shared inputs; returns ``(K, query_offset)``."""
+    _validate.attention_inputs(query, key)
+    rel_key = _validate.tensor_like(
+        "rel_key", rel_key, "query", query, ndim=2, meaning="(2K + 1, D)"
+    )
+    _validate.same_size("query", query, -1, "rel_key", rel_key, -1, "feature-width (D)")
+    rows = rel_key.shape[0]
+    if rows % 2 == 0:
+        raise ValueError(
+            "rel_key must have an odd number 2K + 1 of rows (relative positions -K "
+            f"to K), got shape {tuple(rel_key.shape)}"
+        )
+    return rows // 2, _validate.nonnegative_int("query_offset", query_offset)
+
+
+def shaw_scores(
+    query: Tensor,
+    key: Tensor,
+    rel_key: Tensor,
+    *,
+    scale: float | None = None,
+    query_offset: int = 0,
+) -> Tensor:
+    r"""Shaw et al.'s attention scores :math:`e_{ij} = q_i \cdot (k_j + a^K_{ij})`
+    times ``scale``.
+
+    :math:`a^K_{ij}` is row :math:`\mathrm{clip}(j - i, -K, K) + K` of ``rel_key``
+    (:func:`shaw_relative_index`), shared by every head as in the paper. Computed as in
+    the paper's efficient form: :math:`q_i \cdot a^K_{ij}` is read from the
+    :math:`L \times (2K + 1)` products :math:`q_i \cdot w_r`, never from an
+    :math:`L \times S \times D` tensor.
+
+    Args:
+        query: floating-point tensor.
+        key: same dtype and device as ``query``.
+        rel_key: the :math:`2K + 1` learned vectors :math:`w^K_{-K}, \ldots, w^K_K`,
+            same dtype and device.
+        scale: factor on the scores; ``None`` means :math:`1/\sqrt{D}` (the paper's
+            :math:`1/\sqrt{d_z}`).
+        query_offset: the position of query row 0 (see :func:`relative_positions`).
+
+    Returns:
+        The scaled scores.
+
+    Shape:
+        query: ``(..., L, D)``; key: ``(..., S, D)``; rel_key: ``(2K + 1, D)``.
+        output: ``(..., L, S)``.
+    """
+    k, offset = _shaw_inputs(query, key, rel_key, query_offset)
+    s = _scale(scale, query)
+    length, keys = query.shape[-2], key.shape[-2]
+    index = shaw_relative_index(
+        length, keys, k, query_offset=offset, device=query.device
+    )
+    content = query @ key.transpose(-2, -1)  # (..., L, S)
+    by_row = query @ rel_key.transpose(0, 1)  # (..., L, 2K + 1): q_i . w_r
+    position = torch.gather(
+        by_row, -1, index.expand(*by_row.shape[:-1], keys)
+    )  # (..., L, S): q_i . w_{index(i, j)}
+    return (content + position) * s
+
+
+def shaw_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    rel_key: Tensor,
+    rel_value: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    query_offset: int = 0,
+) -> Tensor:
+    r"""Attention with Shaw et al.'s relative position representations.
+
+    :math:`z_i = \sum_j \alpha_{ij} (v_j + a^V_{ij})` with
+    :math:`\alpha_{i\cdot} = \mathrm{softmax}_j(e_{ij})` and :math:`e_{ij}` from
+    :func:`shaw_scores`; :math:`a^V_{ij}` is row :math:`\mathrm{clip}(j-i, -K, K) + K`
+    of ``rel_value`` (no value term when it is ``None``, as in the paper's ablation
+    that keeps only :math:`a^K`). The value term is formed as the paper's efficient
+    implementation does: the weights of the keys that share a relative position are
+    summed into :math:`2K + 1` slots first, then multiplied by the table.
+
+    Args:
+        query: floating-point tensor.
+        key: same dtype and device as ``query``.
+        value: same dtype and device.
+        rel_key: the :math:`2K + 1` key vectors, same dtype and device.
+        rel_value: ``None`` or the :math:`2K + 1` value vectors, same dtype and device.
+        is_causal: mask keys after the query (position :math:`j > i`).
+        scale: factor on the scores; ``None`` means :math:`1/\sqrt{D}`.
+        query_offset: the position of query row 0 (see :func:`relative_positions`).
+
+    Returns:
+        The attention output, ``query``'s dtype and device.
+
+    Shape:
+        query: ``(..., L, D)``; key: ``(..., S, D)``; value: ``(..., S, Dv)``.
+        rel_key: ``(2K + 1, D)``; rel_value: ``(2K + 1, Dv)``.
+        output: ``(..., L, Dv)``.
+    """
+    _validate.attention_inputs(query, key, value)
+    k, offset = _shaw_inputs(query, key, rel_key, query_offset)
+    if rel_value is not None:
+        rel_value = _validate.tensor_like(
+            "rel_value", rel_value, "query", query, ndim=2, meaning="(2K + 1, Dv)"
+        )
+        _validate.shape(
+            "rel_value",
+            rel_value,
+            (2 * k + 1, value.shape[-1]),
+            "(2K + 1, Dv) with rel_key's 2K + 1 rows",
+        )
+    is_causal = _validate.flag("is_causal", is_causal)
+    scores = shaw_scores(query, key, rel_key, scale=scale, query_offset=offset)
+    length, keys = query.shape[-2], key.shape[-2]
+    if is_causal:
+        future = relative_positions(
+            length, keys, query_offset=offset, device=query.device
+        )
+        scores = scores.masked_fill(future > 0, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (..., L, S)
+    out = weights @ value  # (..., L, Dv)
+    if rel_value is None:
+        return out
+    index = shaw_relative_index(
+        length, keys, k, query_offset=offset, device=query.device
+    )
+    slots = torch.zeros(
+        *weights.shape[:-1], 2 * k + 1, dtype=weights.dtype, device=weights.device
+    )  # (..., L, 2K + 1): the weight on each relative position
+    slots = slots.scatter_add(-1, index.expand_as(weights), weights)
+    return out + slots @ rel_value
+
+
+# ---- Transformer-XL ------------------------------------------------------------------
+
+
+def rel_shift(x: Tensor) -> Tensor:
+    r"""Transformer-XL's relative shift: row :math:`l` of ``x`` moved left by
+    :math:`L - 1 - l` places.
+
+    ``out[..., l, j] = x[..., l, j + L - 1 - l]`` wherever :math:`j + L - 1 - l < S`.
+    With column :math:`c` of ``x`` holding the term for distance :math:`S - 1 - c`, the
+    result holds in column :math:`j` the term for distance :math:`(l + S - L) - j`:
+    query row :math:`l` at position :math:`l + S - L` against key :math:`j`. The
+    entries with :math:`j > l + S - L` (keys after the query) are left-overs of the
+    next row and a zero pad, and must be masked. The implementation is the authors'
+    trick (Dai et al., 2019, ``_rel_shift``): pad one zero column on the left, view the
+    ``L x (S + 1)`` block as ``(S + 1) x L``, drop its first row and view it back, a
+    reshaping without a gather.
+
+    Args:
+        x: a tensor whose last two axes are ``(L, S)`` with ``L <= S``.
+
+    Returns:
+        The shifted tensor, same shape, dtype and device.
+
+    Shape:
+        x: ``(..., L, S)``; output: ``(..., L, S)``.
+    """
+    x = _validate.tensor("x", x, dtype=None, min_ndim=2, meaning="(..., L, S)")
+    length, keys = x.shape[-2], x.shape[-1]
+    if length > keys:
+        raise ValueError(
+            f"x must have L <= S (queries are the last L of the S positions), got "
+            f"shape {tuple(x.shape)}"
+        )
+    lead = x.shape[:-2]
+    padded = torch.cat([x.new_zeros(*lead, length, 1), x], dim=-1)  # (..., L, S + 1)
+    padded = padded.reshape(
+        *lead, keys + 1, length
+    )  # the same memory, read as S+1 rows
+    return padded[..., 1:, :].reshape(*lead, length, keys)
+
+
+def transformer_xl_encoding(
+    key_length: int,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    r"""Transformer-XL's sinusoidal encoding :math:`R_d` of the distances
+    :math:`d = 0, \ldots, S - 1`.
+
+    Row :math:`d` is :math:`[\sin(d\,\omega_0), \ldots, \sin(d\,\omega_{D/2-1}),
+    \cos(d\,\omega_0), \ldots, \cos(d\,\omega_{D/2-1})]` with
+    :math:`\omega_i = \text{base}^{-2i/D}`: the sines then the cosines, the layout of
+    the authors' ``PositionalEmbedding``. Their code lists the distances from
+    :math:`S - 1` down to 0 (``pos_seq = arange(klen - 1, -1, -1)``); here row
+    :math:`d` is distance :math:`d`, and :func:`transformer_xl_scores` flips it.
+    Projected by :math:`W_{k,R}`, it gives the ``rel_key`` of
+    :func:`transformer_xl_scores`.
+
+    Args:
+        key_length: ``S``, at least 0.
+        dim: the width ``D``, a positive even int.
+        base: base of the frequencies.
+        dtype: floating-point output dtype (angles are formed in float64).
+        device: output device.
+
+    Returns:
+        The encodings, one row per distance.
+
+    Shape:
+        output: ``(S, D)``.
+    """
+    keys = _validate.nonnegative_int("key_length", key_length)
+    omega = _frequencies("dim", dim, base)  # (D/2,) float64
+    dtype = _validate.dtype("dtype", dtype)
+    device = _validate.device("device", device)
+    angles = torch.arange(keys, dtype=torch.float64)[:, None] * omega  # (S, D/2)
+    table = torch.cat([angles.sin(), angles.cos()], dim=-1)  # (S, D)
+    return table.to(device=device, dtype=dtype)
+
+
+def transformer_xl_scores(
+    query: Tensor,
+    key: Tensor,
+    rel_key: Tensor,
+    u: Tensor,
+    v: Tensor,
+    *,
+    scale: float | None = None,
+) -> Tensor:
+    r"""Transformer-XL's relative attention scores (Dai et al., 2019), causal.
+
+    For the query at position :math:`i` and the key at :math:`j \le i`, with
+    :math:`r_{i-j}` the projected relative encoding (``rel_key`` row :math:`i - j`):
+
+    .. math::
+
+        A_{ij} = \underbrace{q_i \cdot k_j}_{(a)} + \underbrace{q_i \cdot r_{i-j}}_{(b)}
+               + \underbrace{u \cdot k_j}_{(c)} + \underbrace{v \cdot r_{i-j}}_{(d)}
+               = (q_i + u) \cdot k_j + \rel\_shift\big((q_i + v) \cdot r\big)_{ij},
+
+    the four terms of :math:`(x_i + p_i)^\top W_q^\top W_k (x_j + p_j)` with the key's
+    absolute :math:`p_j` replaced by :math:`r_{i-j}` and the query's by the learned
+    :math:`u` and :math:`v`. Terms (b) and (d) are one :math:`L \times S` product
+    against the distances, realigned by :func:`rel_shift`. Queries are the last ``L``
+    of the ``S`` positions (``S - L`` remembered ones before them, the authors'
+    ``mlen``); keys after the query get :math:`-\infty`. The result is ``scale`` times
+    :math:`A`, ready for a softmax.
+
+    Args:
+        query: floating-point tensor, the projected queries :math:`q_i = W_q x_i`.
+        key: same dtype and device, :math:`k_j = W_{k,E} x_j`.
+        rel_key: :math:`r_d = W_{k,R} R_d` for the distances :math:`d = 0 .. S - 1`
+            (row :math:`d`), same dtype and device; it broadcasts against ``key``
+            (one table for all heads, or ``(H, S, D)`` per head).
+        u: the content bias :math:`u`, broadcast against ``query`` (``(D,)``, or
+            ``(H, 1, D)`` per head as in the authors' ``r_w_bias``).
+        v: the position bias :math:`v` (the authors' ``r_r_bias``), like ``u``.
+        scale: factor on the scores; ``None`` means :math:`1/\sqrt{D}`.
+
+    Returns:
+        The scaled scores with :math:`-\infty` above the causal diagonal.
+
+    Shape:
+        query: ``(..., L, D)``; key: ``(..., S, D)`` with ``S >= L``.
+        rel_key: ``(..., S, D)``; u, v: ``(..., D)`` broadcasting against query.
+        output: ``(..., L, S)``.
+    """
+    lead = _validate.attention_inputs(query, key)
+    length, keys = query.shape[-2], key.shape[-2]
+    if keys < length:
+        raise ValueError(
+            "key must have at least as many positions as query (queries are the last "
+            f"L of S), got query {tuple(query.shape)} and key {tuple(key.shape)}"
+        )
+    rel_key = _validate.tensor_like(
+        "rel_key", rel_key, "query", query, min_ndim=2, meaning="(..., S, D)"
+    )
+    _validate.size("rel_key", rel_key, -2, keys, "S, one row per distance 0 .. S - 1")
+    _validate.size("rel_key", rel_key, -1, query.shape[-1], "D, query's width")
+    _validate.broadcastable(
+        "rel_key and key", [rel_key.shape[:-2], key.shape[:-2]], "leading dimensions"
+    )
+    for name, bias in (("u", u), ("v", v)):
+        bias = _validate.tensor_like(name, bias, "query", query, min_ndim=1)
+        _validate.size(name, bias, -1, query.shape[-1], "D, query's width")
+        _validate.broadcasts_to(name, bias, query.shape, "query's shape")
+    s = _scale(scale, query)
+    content = (query + u) @ key.transpose(-2, -1)  # (a) + (c): (..., L, S)
+    by_distance = (query + v) @ rel_key.flip(-2).transpose(-2, -1)  # columns: S-1 .. 0
+    position = rel_shift(by_distance)  # (b) + (d), column j = distance i - j
+    scores = (content + position) * s
+    future = relative_positions(
+        length, keys, query_offset=keys - length, device=query.device
+    )
+    del lead
+    return scores.masked_fill(future > 0, float("-inf"))
+
+
+# ---- LongRoPE (Phi-3) ----------------------------------------------------------------
+
+
+def longrope_attention_factor(
+    factor: float, original_max_position_embeddings: int
+) -> float:
+    r"""LongRoPE's attention factor :math:`\sqrt{1 + \ln s / \ln L_0}` (1 for
+    :math:`s \le 1`).
+
+    Multiplies cos and sin (so queries and keys), as YaRN's factor does; the default of
+    Hugging Face's ``"longrope"`` type and of Microsoft's Phi-3 code, with
+    :math:`s` = ``factor`` (Phi-3: ``max_position_embeddings /
+    original_max_position_embeddings``, e.g. 131072 / 4096 = 32, giving 1.19).
+
+    Args:
+        factor: the extension ratio :math:`s`, a positive real.
+        original_max_position_embeddings: the training length :math:`L_0`, at least 2.
+
+    Returns:
+        The factor, a Python float.
+    """
+    s = _validate.positive_real("factor", factor)
+    n0 = _validate.integer(
+        "original_max_position_embeddings", original_max_position_embeddings, minimum=2
+    )
+    return 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(n0))
+
+
+def _pair_factors(name: str, value: object, pairs: int) -> Tensor:
+    """A sequence (or 1-D floating tensor) of ``pairs`` positive reals, float64 CPU."""
+    if isinstance(value, Tensor):
+        value = _validate.tensor(name, value, ndim=1, meaning="(D/2,)")
+        _validate.size(name, value, 0, pairs, "D/2, one factor per pair")
+        value = value.detach().cpu().tolist()
+    items = _validate.sequence(name, value, length=pairs, what="positive reals (D/2)")
+    return torch.tensor(
+        [_validate.positive_real(f"{name}[{i}]", x) for i, x in enumerate(items)],
+        dtype=torch.float64,
+    )
+
+
+def longrope_frequencies(
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    short_factor: Sequence[float] | Tensor,
+    long_factor: Sequence[float] | Tensor,
+    factor: float,
+    original_max_position_embeddings: int,
+    seq_len: int | None = None,
+    attention_factor: float | None = None,
+) -> tuple[Tensor, float]:
+    r"""LongRoPE (Ding et al., 2024) as Phi-3 uses it: one rescale factor per pair.
+
+    :math:`\theta'_i = \theta_i / \lambda_i` with :math:`\theta_i = b^{-2i/D}` and
+    :math:`\lambda` the ``long_factor`` list when the sequence is longer than the
+    training length (``seq_len > original_max_position_embeddings``), the
+    ``short_factor`` list otherwise (``seq_len`` ``None`` or 0 included). The lists
+    were found by LongRoPE's evolutionary search and ship in the model's config. This
+    is Hugging Face's ``rope_type="longrope"``: ``ROPE_INIT_FUNCTIONS["longrope"]``
+    with its ``seq_len``, and the rotary embedding's switch, which passes
+    ``seq_len = max(position_ids) + 1`` (the short set up to position
+    :math:`L_0 - 1`, the long set from position :math:`L_0` on). The whole sequence uses
+    one set: keys cached with the short set are stale once a sequence grows past
+    :math:`L_0`.
+
+    Args:
+        head_dim: the rotated width ``D`` (Hugging Face: ``int(head_dim *
+            partial_rotary_factor)``), even.
+        base: the RoPE base :math:`b` (``rope_theta``).
+        short_factor: ``D/2`` positive reals, a list or a 1-D floating tensor.
+        long_factor: ``D/2`` positive reals.
+        factor: the extension ratio :math:`s` for the attention factor (Phi-3:
+            ``max_position_embeddings / original_max_position_embeddings``).
+        original_max_position_embeddings: the training length :math:`L_0`, at least 2.
+        seq_len: the current length; ``None`` means short.
+        attention_factor: override the factor; ``None`` gives
+            :func:`longrope_attention_factor`.
+
+    Returns:
+        ``(inv_freq, attention_factor)``: the frequencies (float64, CPU) and the factor
+        to multiply cos and sin by.
+
+    Shape:
+        inv_freq: ``(D/2,)``.
+    """
+    theta = _frequencies("head_dim", head_dim, base)  # validates head_dim and base
+    pairs = theta.shape[0]
+    short = _pair_factors("short_factor", short_factor, pairs)
+    long = _pair_factors("long_factor", long_factor, pairs)
+    mscale = longrope_attention_factor(factor, original_max_position_embeddings)
+    n0 = int(original_max_position_embeddings)
+    length = _validate.optional(_validate.nonnegative_int, "seq_len", seq_len)
+    override = _validate.optional(
+        _validate.positive_real, "attention_factor", attention_factor
+    )
+    scales = long if length is not None and length > n0 else short
+    return theta / scales, mscale if override is None else override
+
+
+# ---- RoPE in several dimensions ----------------------------------------------------------
+
+
+def _multiaxis_cos_sin(
+    positions: Tensor,
+    frequencies: Tensor,
+    axis_of_pair: Tensor,
+    dtype: torch.dtype,
+    device: torch.device | None,
+) -> tuple[Tensor, Tensor]:
+    """cos/sin of ``positions[axis_of_pair[i]] * frequencies[i]`` (float64 angles).
+
+    positions ``(A, ...)``, frequencies ``(P,)``, axis_of_pair ``(P,)`` in ``[0, A)``;
+    output ``(..., P)`` each."""
+    device = positions.device if device is None else device
+    pos = positions.to(device=device, dtype=torch.float64)  # (A, ...)
+    theta = frequencies.to(device=device, dtype=torch.float64)  # (P,)
+    pos = pos.movedim(0, -1)  # (..., A)
+    angles = pos[..., axis_of_pair.to(device)] * theta  # (..., P)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def multimodal_position_ids(
+    segments: Sequence[int | Sequence[int]],
+    *,
+    spatial_merge_size: int = 2,
+) -> Tensor:
+    r"""Qwen2-VL's three position ids (temporal, height, width) for a text and
+    vision sequence.
+
+    ``segments`` lists the sequence in order: an int ``n`` is ``n`` text tokens, a
+    triple ``(t, h, w)`` a vision grid of ``t x h x w`` patches (Hugging Face's
+    ``image_grid_thw`` or ``video_grid_thw`` row), which the model merges into
+    ``t * (h/m) * (w/m)`` tokens with :math:`m` = ``spatial_merge_size``. With
+    :math:`p` the next free position:
+
+    * a text token takes :math:`(p, p, p)` and :math:`p` grows by 1, so a text-only
+      sequence is ordinary 1-D RoPE;
+    * the vision token at frame :math:`\tau`, row :math:`r`, column :math:`c` (row-major)
+      takes :math:`(p + \tau, p + r, p + c)`, and :math:`p` then grows by
+      :math:`\max(h, w)/m`.
+
+    This is Hugging Face transformers 5.23's ``Qwen2VLModel.get_rope_index`` (images
+    and videos alike, ``time_interval`` 1) for one unpadded sequence.
+
+    Args:
+        segments: ints (text lengths, at least 1) and ``(t, h, w)`` triples of
+            positive ints with ``h`` and ``w`` divisible by ``spatial_merge_size``;
+            two grids are separated by text (in Qwen2-VL every grid sits between its
+            vision start and end tokens; Hugging Face's grouping by token type would
+            merge two adjacent grids).
+        spatial_merge_size: patches merged per side (Qwen2-VL: 2).
+
+    Returns:
+        The position ids, int64, CPU.
+
+    Shape:
+        output: ``(3, L)`` with ``L`` the number of tokens.
+    """
+    m = _validate.positive_int("spatial_merge_size", spatial_merge_size)
+    items = _validate.sequence(
+        "segments", segments, what="text lengths and (t, h, w) grids"
+    )
+    if not items:
+        raise ValueError("segments must hold at least one segment, got 0")
+    parts, p = [], 0
+    for n, item in enumerate(items):
+        name = f"segments[{n}]"
+        if isinstance(item, (tuple, list)):
+            if n and isinstance(items[n - 1], (tuple, list)):
+                raise ValueError(
+                    f"segments must separate two grids by text (Qwen2-VL's vision "
+                    f"start and end tokens do), got grids at {n - 1} and {n}"
+                )
+            t, h, w = _validate.sequence(name, item, length=3, what="ints (t, h, w)")
+            t, h, w = (
+                _validate.positive_int(f"{name}[{a}]", x)
+                for a, x in enumerate((t, h, w))
+            )
+            if h % m or w % m:
+                raise ValueError(
+                    f"{name} must have h and w divisible by spatial_merge_size={m}, "
+                    f"got (t, h, w) = {(t, h, w)}"
+                )
+            grid = torch.meshgrid(
+                torch.arange(t),
+                torch.arange(h // m),
+                torch.arange(w // m),
+                indexing="ij",
+            )
+            parts.append(torch.stack(grid).reshape(3, -1) + p)
+            p += max(h, w) // m
+        else:
+            length = _validate.positive_int(name, item)
+            parts.append(torch.arange(p, p + length).expand(3, -1))
+            p += length
+    return torch.cat(parts, dim=1)
+
+
+def multimodal_rope_cos_sin(
+    position_ids: Tensor,
+    frequencies: Tensor,
+    mrope_section: Sequence[int],
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, Tensor]:
+    r"""The cos/sin table of Qwen2-VL's multimodal RoPE (M-RoPE).
+
+    The ``D/2`` pairs are cut into contiguous sections, ``mrope_section`` pairs each
+    (Qwen2-VL: ``[16, 24, 24]`` of 64): pair :math:`i` of section :math:`a` turns by
+    :math:`m_a \theta_i`, where :math:`m_a` is the token's position id on axis
+    :math:`a` (temporal, height, width; :func:`multimodal_position_ids`) and
+    :math:`\theta_i` the usual frequency of pair :math:`i`. The fast pairs thus track
+    time and the slowest width. For a text token the three ids agree and the table is
+    ordinary RoPE's. Pass the result to :func:`companion.rope.apply_rope` (half layout):
+    equal to Hugging Face's ``Qwen2VLRotaryEmbedding`` and ``apply_rotary_pos_emb``.
+
+    Args:
+        position_ids: integer (or floating) positions, one row per axis.
+        frequencies: the pair frequencies :math:`\theta_i`, a 1-D floating tensor of
+            ``D/2`` values (:func:`companion.rope.rope_frequencies`).
+        mrope_section: one non-negative int per axis, summing to ``D/2``.
+        dtype: floating-point dtype of the table (angles are float64).
+        device: device of the table; ``None`` means ``position_ids``' device.
+
+    Returns:
+        ``(cos, sin)``.
+
+    Shape:
+        position_ids: ``(A, ...)``, e.g. ``(3, L)`` or ``(3, B, L)``.
+        frequencies: ``(D/2,)``.
+        cos, sin: ``(..., D/2)``.
+    """
+    position_ids = _validate.tensor(
+        "position_ids", position_ids, dtype=("integer", "floating"), min_ndim=1
+    )
+    frequencies = _validate.tensor("frequencies", frequencies, ndim=1, meaning="(D/2,)")
+    axes = position_ids.shape[0]
+    section = _validate.sequence(
+        "mrope_section", mrope_section, length=axes, what="ints, one per axis"
+    )
+    section = [
+        _validate.nonnegative_int(f"mrope_section[{a}]", n)
+        for a, n in enumerate(section)
+    ]
+    if sum(section) != frequencies.shape[0]:
+        raise ValueError(
+            f"mrope_section must sum to D/2 = {frequencies.shape[0]} (the length of "
+            f"frequencies), got {section} (sum {sum(section)})"
+        )
+    dtype = _validate.dtype("dtype", dtype)
+    device = _validate.device("device", device)
+    axis_of_pair = torch.repeat_interleave(torch.arange(axes), torch.tensor(section))
+    return _multiaxis_cos_sin(position_ids, frequencies, axis_of_pair, dtype, device)
+
+
+def axial_rope_frequencies(head_dim: int, *, base: float = 100.0) -> Tensor:
+    r"""Frequencies of axial 2-D RoPE: :math:`\theta_i = \text{base}^{-4i/D}`,
+    :math:`i < D/4`.
+
+    Each axis gets ``D/4`` pairs with the full range of frequencies of a 1-D RoPE of
+    width ``D/2``, as in Heo et al.'s RoPE-Axial (2024), whose default base is 100
+    (patch grids are short). The first ``D/4`` pairs turn with the column :math:`x`,
+    the last ``D/4`` with the row :math:`y` (:func:`axial_rope_cos_sin`).
+
+    Args:
+        head_dim: the head width ``D``, a positive multiple of 4.
+        base: the base, a real number > 1.
+
+    Returns:
+        The ``D/4`` frequencies, float64, CPU.
+
+    Shape:
+        output: ``(D/4,)``.
+    """
+    d = _validate.positive_int("head_dim", head_dim)
+    if d % 4:
+        raise ValueError(
+            f"head_dim must be a multiple of 4 (two axes of pairs), got {d}"
+        )
+    return _frequencies("head_dim", d // 2, base)
+
+
+def grid_positions(
+    height: int, width: int, *, device: torch.device | str | None = None
+) -> Tensor:
+    r"""The :math:`(x, y)` = (column, row) of each patch of a ``height x width`` grid,
+    in row-major (raster) order, the order in which a ViT flattens its patches.
+
+    Args:
+        height: rows, at least 0.
+        width: columns, at least 0.
+        device: output device.
+
+    Returns:
+        int64 positions; row :math:`n` is :math:`(n \bmod W, \lfloor n / W \rfloor)`.
+
+    Shape:
+        output: ``(height * width, 2)``.
+    """
+    h = _validate.nonnegative_int("height", height)
+    w = _validate.nonnegative_int("width", width)
+    device = _validate.device("device", device)
+    n = torch.arange(h * w, device=device)
+    return torch.stack([n % w, n // w], dim=-1) if w else n.new_zeros(0, 2)
+
+
+def axial_rope_cos_sin(
+    positions: Tensor,
+    frequencies: Tensor,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, Tensor]:
+    r"""The cos/sin table of axial 2-D RoPE for patch positions :math:`(x, y)`.
+
+    Pair :math:`i < D/4` turns by :math:`x\,\theta_i`, pair :math:`D/4 + i` by
+    :math:`y\,\theta_i`: two independent 1-D RoPEs on two groups of planes. In the
+    complex view the score of a query at :math:`(x_1, y_1)` and a key at
+    :math:`(x_2, y_2)` is
+    :math:`\mathrm{Re}\sum_i q_i \bar k_i e^{\mathrm{i}(x_1 - x_2)\theta_i} +
+    \mathrm{Re}\sum_i q'_i \bar k'_i e^{\mathrm{i}(y_1 - y_2)\theta_i}`: a function of
+    :math:`(x_1 - x_2, y_1 - y_2)` alone. Pass the result to
+    :func:`companion.rope.apply_rope`; the table is per pair, so either layout works.
+
+    Args:
+        positions: :math:`(x, y)` per token, an integer or floating tensor with 2 last
+            (e.g. :func:`grid_positions`).
+        frequencies: the ``D/4`` frequencies, a 1-D floating tensor
+            (:func:`axial_rope_frequencies`).
+        dtype: floating-point dtype of the table (angles are float64).
+        device: device of the table; ``None`` means ``positions``' device.
+
+    Returns:
+        ``(cos, sin)``.
+
+    Shape:
+        positions: ``(..., 2)``; frequencies: ``(D/4,)``.
+        cos, sin: ``(..., D/2)``.
+    """
+    positions = _validate.tensor(
+        "positions", positions, dtype=("integer", "floating"), min_ndim=1
+    )
+    _validate.size("positions", positions, -1, 2, "(x, y)")
+    frequencies = _validate.tensor("frequencies", frequencies, ndim=1, meaning="(D/4,)")
+    dtype = _validate.dtype("dtype", dtype)
+    device = _validate.device("device", device)
+    quarter = frequencies.shape[0]
+    axis_of_pair = torch.arange(2).repeat_interleave(quarter)  # x for D/4, then y
+    return _multiaxis_cos_sin(
+        positions.movedim(-1, 0),
+        frequencies.repeat(2),
+        axis_of_pair,
+        dtype,
+        device,
+    )
+
+
+# ---- choosing the base (Men et al., 2024) --------------------------------------------
+
+
+def rope_decay_sum(offsets: Tensor, head_dim: int, *, base: float = 10000.0) -> Tensor:
+    r"""Men et al.'s long-term-decay sum :math:`B(m) = \sum_{i=0}^{D/2-1}
+    \cos(m\theta_i)`.
+
+    For a query :math:`q` and a key :math:`k = q + \varepsilon` that is similar to it,
+    against a random key, with independent coordinates of variance :math:`\sigma^2`, the
+    expected RoPE score at distance :math:`m` exceeds the random key's by
+    :math:`2\sigma^2 B(m)` (Men et al., 2024, Theorem 1): while :math:`B(m) > 0` the
+    model can still prefer the similar token. :math:`B` is the dot product of two
+    sinusoidal encodings at offset :math:`m`
+    (:func:`companion.positional.sinusoidal_dot_products`), which computes it.
+
+    Args:
+        offsets: distances :math:`m`, an integer or floating tensor.
+        head_dim: ``D``, a positive even int.
+        base: the RoPE base.
+
+    Returns:
+        :math:`B(m)`, float64, on ``offsets``' device.
+
+    Shape:
+        offsets: ``(...)``; output: ``(...)``.
+    """
+    offsets = _validate.tensor("offsets", offsets, dtype=("integer", "floating"))
+    _validate.positive_int("head_dim", head_dim, even=True)
+    return sinusoidal_dot_products(offsets, head_dim, base=base)
+
+
+def _largest_deficit_rate(theta: Tensor, context_length: int) -> float:
+    """``max over m = 1 .. context_length of -B(m) / m`` (negative when every
+    ``B(m) > 0``), in chunks of ``m``."""
+    largest = -math.inf
+    for start in range(1, context_length + 1, 1 << 14):
+        stop = min(start + (1 << 14), context_length + 1)
+        m = torch.arange(start, stop, dtype=torch.float64)
+        rate = -torch.cos(m[:, None] * theta).sum(-1) / m
+        largest = max(largest, float(rate.max()))
+    return largest
+
+
+def rope_base_lower_bound(
+    context_length: int,
+    head_dim: int = 128,
+    *,
+    low: float = 2.0,
+    high: float = 1e12,
+    rtol: float = 1e-6,
+) -> float:
+    r"""The smallest RoPE base whose decay sum :math:`B(m)` stays non-negative up to
+    ``context_length``: Men et al.'s (2024) lower bound on the base.
+
+    Men et al. define :math:`\text{base}_L = \inf\{b : B_b(m) \ge 0 \text{ for all }
+    m = 0, 1, \ldots, L\}` with :math:`B_b(m) = \sum_{i<D/2} \cos(m\, b^{-2i/D})`
+    (:func:`rope_decay_sum`). The admissible bases do not form an interval: at
+    ``D = 128`` and ``L = 1024`` an island of them lies near 4.3e3, the bound, while
+    bases up to 6.0e3 still fail. A grid scan misses such islands, so the search is
+    certified instead. Since :math:`|\partial B_b(m) / \partial \ln b| \le m\,c(b)`
+    with :math:`c(b) = \sum_i (2i/D)\,\theta_i(b)`, which decreases in :math:`b`, a
+    distance :math:`m` with :math:`B_b(m) < 0` stays negative, so keeps every base
+    inadmissible, up to :math:`\ln b - B_b(m)/(m\,c(b))`. The search steps from
+    ``low`` by the longest such certified step (at least a factor ``1 + rtol``) until
+    no :math:`B_b(m)` is negative. The answer is exact up to ``rtol`` (an island
+    narrower than that can be missed). Each step costs :math:`L \cdot D/2` cosines.
+
+    Args:
+        context_length: :math:`L`, at least 1.
+        head_dim: ``D``, a positive even int (Llama: 128).
+        low: where the search starts, a real > 1 that is not admissible itself.
+        high: where it gives up, a real > ``low``.
+        rtol: the smallest relative step, in ``(0, 0.5]``.
+
+    Returns:
+        The bound, a Python float.
+
+    Raises:
+        ValueError: bad arguments, ``low`` already admissible, or no admissible base
+            up to ``high``.
+    """
+    n = _validate.positive_int("context_length", context_length)
+    _validate.positive_int("head_dim", head_dim, even=True)
+    lo = _validate.real("low", low, exclusive_minimum=1.0)
+    hi = _validate.real("high", high, exclusive_minimum=lo)
+    tol = _validate.real("rtol", rtol, exclusive_minimum=0.0, maximum=0.5)
+    weights = 2 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim  # 2i/D
+    b = lo
+    while b <= hi:
+        theta = _frequencies("head_dim", head_dim, b)
+        rate = _largest_deficit_rate(theta, n)  # B(0) = D/2 > 0 is no witness
+        if rate <= 0:
+            if b == lo:
+                raise ValueError(
+                    f"low must be a base that is not admissible yet (B(m) < 0 for "
+                    f"some m <= {n}), got low={lo:g}, which is: start lower"
+                )
+            return b
+        # B_b(m) < 0 with |dB_b(m)/d ln b| <= m c(b): B stays negative for a step
+        # of -B_b(m) / (m c(b)) in ln b; the best witness m gives the longest step
+        c = float((weights * theta).sum())
+        b *= math.exp(max(rate / c, math.log1p(tol)))
+    raise ValueError(
+        f"high must be large enough to hold an admissible base for context_length={n} "
+        f"and head_dim={head_dim}, got high={hi:g}"
+    )

@@ -1,0 +1,972 @@
+"""Tests for companion.relative: relative biases, LongRoPE, M-RoPE and axial 2-D RoPE.
+
+Oracles: Hugging Face transformers' T5Attention (``_relative_position_bucket`` and
+``compute_bias`` with copied weights), ``ROPE_INIT_FUNCTIONS["longrope"]`` and
+``Phi3RotaryEmbedding``, Qwen2-VL's ``get_rope_index``, ``Qwen2VLRotaryEmbedding`` and
+``apply_rotary_pos_emb``, all built from small configs in code (no download); float64
+loops written from the papers' formulas (Shaw et al. 2018, Dai et al. 2019, Men et al.
+2024, axial RoPE in the complex plane).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import types
+import warnings
+
+import pytest
+import torch
+
+from companion.relative import (
+    T5RelativeBias,
+    axial_rope_cos_sin,
+    axial_rope_frequencies,
+    grid_positions,
+    longrope_attention_factor,
+    longrope_frequencies,
+    multimodal_position_ids,
+    multimodal_rope_cos_sin,
+    rel_shift,
+    relative_positions,
+    rope_base_lower_bound,
+    rope_decay_sum,
+    shaw_attention,
+    shaw_relative_index,
+    shaw_scores,
+    t5_relative_bias,
+    t5_relative_position_bucket,
+    transformer_xl_encoding,
+    transformer_xl_scores,
+)
+from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
+
+transformers = pytest.importorskip("transformers")
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore")
+    from transformers import Phi3Config, Qwen2VLConfig, T5Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.phi3.modeling_phi3 import (
+        Phi3RotaryEmbedding,
+    )
+    from transformers.models.qwen2_vl import modeling_qwen2_vl as qwen2_vl
+    from transformers.models.t5.modeling_t5 import T5Attention
+    from transformers.utils import logging as hf_logging
+
+hf_logging.set_verbosity_error()  # Phi-3's config warns about its own field names
+
+F64 = torch.float64
+
+
+# ---- T5 ----------------------------------------------------------------------------------
+
+# every valid combination over a grid: bucket counts odd and even, distances at, just
+# past and far beyond the exact buckets, and T5's own (32, 128)
+T5_GRID = [
+    (bidirectional, num_buckets, max_distance)
+    for bidirectional, num_buckets, max_distance in itertools.product(
+        (True, False),
+        (2, 3, 4, 5, 6, 7, 8, 9, 16, 31, 32, 33, 64, 128),
+        (2, 3, 4, 5, 7, 8, 16, 20, 64, 100, 128, 129, 256, 1000),
+    )
+    if (n := num_buckets // 2 if bidirectional else num_buckets) >= 2
+    and max_distance > n // 2
+]
+
+
+def test_t5_bucket_grid_is_large() -> None:
+    assert len(T5_GRID) == 272
+    assert (True, 32, 128) in T5_GRID and (False, 32, 128) in T5_GRID
+
+
+def test_t5_bucket_equals_hf_everywhere() -> None:
+    rel = torch.arange(-1100, 1101)  # both directions, past every max_distance
+    for bidirectional, num_buckets, max_distance in T5_GRID:
+        kwargs = dict(
+            bidirectional=bidirectional,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+        )
+        ours = t5_relative_position_bucket(rel, **kwargs)
+        theirs = T5Attention._relative_position_bucket(rel, **kwargs)
+        assert ours.dtype == torch.int64
+        assert torch.equal(ours, theirs), kwargs
+        assert int(ours.min()) >= 0 and int(ours.max()) < num_buckets
+
+
+def test_t5_bucket_int32_and_shapes() -> None:
+    rel = relative_positions(7, 300, query_offset=150)
+    theirs = T5Attention._relative_position_bucket(rel)
+    assert torch.equal(t5_relative_position_bucket(rel.to(torch.int32)), theirs)
+    assert t5_relative_position_bucket(torch.zeros(0, 3, dtype=torch.long)).shape == (
+        0,
+        3,
+    )
+
+
+def _t5_float64(r: int, bidirectional: bool, num_buckets: int, max_distance: int):
+    """T5's rule written from the formula, in float64 (not T5's float32)."""
+    n = num_buckets // 2 if bidirectional else num_buckets
+    offset = n if bidirectional and r > 0 else 0
+    d = abs(r) if bidirectional else max(-r, 0)
+    exact = n // 2
+    if d < exact:
+        return offset + d
+    step = math.log(d / exact) / math.log(max_distance / exact) * (n - exact)
+    return offset + min(n - 1, exact + int(step))
+
+
+def test_t5_bucket_equals_the_formula_at_t5_defaults() -> None:
+    rel = torch.arange(-400, 401)
+    for bidirectional in (True, False):
+        ours = t5_relative_position_bucket(rel, bidirectional=bidirectional)
+        formula = [_t5_float64(int(r), bidirectional, 32, 128) for r in rel]
+        assert ours.tolist() == formula
+    # T5's encoder: exact up to 7, 8 log buckets to 127, then the last bucket
+    ours = t5_relative_position_bucket(torch.tensor([-7, -8, -127, -128, -(10**6), 1]))
+    assert ours.tolist() == [7, 8, 15, 15, 15, 17]
+
+
+def test_t5_bucket_float32_decides_exact_boundaries() -> None:
+    # where ln(d/e)/ln(max/e)*(n-e) is a whole number in exact arithmetic, float32
+    # rounding (T5's and Hugging Face's) decides: 9 causal buckets, max_distance 128
+    rel = -torch.tensor([8, 16, 64])
+    ours = t5_relative_position_bucket(
+        rel, bidirectional=False, num_buckets=9, max_distance=128
+    )
+    formula = [_t5_float64(int(r), False, 9, 128) for r in rel]
+    assert ours.tolist() == [5, 6, 8]
+    assert formula == [4, 5, 7]
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+@pytest.mark.parametrize(
+    ("num_buckets", "max_distance", "length", "keys", "offset"),
+    [(32, 128, 40, 40, 0), (8, 20, 5, 70, 65), (33, 64, 1, 200, 199), (6, 5, 9, 4, 0)],
+)
+def test_t5_bias_equals_hf_compute_bias(
+    is_decoder, num_buckets, max_distance, length, keys, offset
+) -> None:
+    torch.manual_seed(0)
+    config = T5Config(
+        d_model=16,
+        d_kv=4,
+        num_heads=4,
+        relative_attention_num_buckets=num_buckets,
+        relative_attention_max_distance=max_distance,
+        is_decoder=is_decoder,
+    )
+    hf = T5Attention(config, has_relative_attention_bias=True)
+    torch.nn.init.normal_(hf.relative_attention_bias.weight)
+    ours = T5RelativeBias(
+        4,
+        num_buckets=num_buckets,
+        max_distance=max_distance,
+        bidirectional=not is_decoder,
+    )
+    ours.load_state_dict(
+        {"relative_attention_bias.weight": hf.relative_attention_bias.weight}
+    )
+    theirs = hf.compute_bias(length, keys, past_seen_tokens=offset)
+    got = ours(length, keys, query_offset=offset)
+    assert got.shape == (4, length, keys)
+    assert torch.equal(got, theirs[0])
+    functional = t5_relative_bias(
+        hf.relative_attention_bias.weight.detach(),
+        length,
+        keys,
+        bidirectional=not is_decoder,
+        max_distance=max_distance,
+        query_offset=offset,
+    )
+    assert torch.equal(functional, theirs[0].detach())
+
+
+def test_t5_bias_module_learns_and_reports() -> None:
+    module = T5RelativeBias(2, num_buckets=8, max_distance=16, dtype=F64)
+    module(3, 5).sum().backward()
+    grad = module.relative_attention_bias.weight.grad
+    assert grad is not None and grad.dtype == F64
+    assert int(grad.sum()) == 2 * 15  # every (head, query, key) counted once
+    assert "num_buckets=8" in repr(module)
+
+
+# ---- Shaw et al. ----------------------------------------------------------------------
+
+
+def _shaw_loop(q, k, v, wk, wv, offset, causal, scale):
+    """z_i = sum_j softmax_j(q_i . (k_j + a_ij) * scale) (v_j + a^V_ij), float64."""
+    q, k, v, wk = (t.to(F64) for t in (q, k, v, wk))
+    kk = wk.shape[0] // 2
+    length, keys = q.shape[-2], k.shape[-2]
+    scores = torch.empty(*q.shape[:-2], length, keys, dtype=F64)
+    for i in range(length):
+        for j in range(keys):
+            r = min(max(j - (i + offset), -kk), kk) + kk
+            scores[..., i, j] = (q[..., i, :] * (k[..., j, :] + wk[r])).sum(-1) * scale
+            if causal and j > i + offset:
+                scores[..., i, j] = -math.inf
+    weights = scores.softmax(-1)
+    out = torch.zeros(*q.shape[:-2], length, v.shape[-1], dtype=F64)
+    for i in range(length):
+        for j in range(keys):
+            r = min(max(j - (i + offset), -kk), kk) + kk
+            value = v[..., j, :] + (wv[r].to(F64) if wv is not None else 0)
+            out[..., i, :] += weights[..., i, j, None] * value
+    return scores, out
+
+
+@pytest.mark.parametrize(
+    ("length", "keys", "kk", "offset", "causal"),
+    [(5, 5, 2, 0, False), (5, 5, 2, 0, True), (3, 9, 3, 6, True), (4, 6, 0, 1, False)],
+)
+def test_shaw_equals_the_float64_loop(length, keys, kk, offset, causal) -> None:
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 3, length, 4, generator=g, dtype=F64)
+    k = torch.randn(2, 3, keys, 4, generator=g, dtype=F64)
+    v = torch.randn(2, 3, keys, 5, generator=g, dtype=F64)
+    wk = torch.randn(2 * kk + 1, 4, generator=g, dtype=F64)
+    wv = torch.randn(2 * kk + 1, 5, generator=g, dtype=F64)
+    scale = 1 / math.sqrt(4)
+    scores, out = _shaw_loop(q, k, v, wk, wv, offset, causal, scale)
+    got = shaw_scores(q, k, wk, query_offset=offset)
+    finite = torch.isfinite(scores)
+    torch.testing.assert_close(got[finite], scores[finite], rtol=1e-12, atol=1e-12)
+    z = shaw_attention(q, k, v, wk, wv, is_causal=causal, query_offset=offset)
+    torch.testing.assert_close(z, out, rtol=1e-12, atol=1e-12)
+    _, out_keys_only = _shaw_loop(q, k, v, wk, None, offset, causal, scale)
+    z = shaw_attention(q, k, v, wk, is_causal=causal, query_offset=offset)
+    torch.testing.assert_close(z, out_keys_only, rtol=1e-12, atol=1e-12)
+
+
+def test_shaw_float32_close_and_clipping() -> None:
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=g) for _ in range(3))
+    wk, wv = torch.randn(5, 8, generator=g), torch.randn(5, 8, generator=g)
+    got = shaw_attention(q, k, v, wk, wv, scale=0.5)
+    _, ref = _shaw_loop(q, k, v, wk, wv, 0, False, 0.5)
+    assert got.dtype == torch.float32
+    assert (got.to(F64) - ref).abs().max() < 1e-5
+    index = shaw_relative_index(1, 8, 2, query_offset=3)
+    assert index.tolist() == [[0, 0, 1, 2, 3, 4, 4, 4]]
+
+
+# ---- Transformer-XL -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("length", "keys"), [(4, 4), (3, 7), (1, 5)])
+def test_rel_shift_moves_row_l_left_by_l_minus_1_minus_l(length, keys) -> None:
+    x = torch.randn(2, length, keys)
+    out = rel_shift(x)
+    for row in range(length):
+        for j in range(keys):
+            source = j + length - 1 - row
+            if source < keys:
+                assert out[:, row, j].equal(x[:, row, source])
+
+
+def _xl_loop(q, k, r, u, v, scale):
+    """The four terms of Dai et al. (2019) one pair at a time, float64, causal."""
+    q, k, r, u, v = (t.to(F64) for t in (q, k, r, u, v))
+    length, keys = q.shape[-2], k.shape[-2]
+    memory = keys - length
+    out = torch.full((*q.shape[:-2], length, keys), -math.inf, dtype=F64)
+    terms = {name: torch.zeros_like(out) for name in "abcd"}
+    for i in range(length):
+        for j in range(i + memory + 1):
+            d = i + memory - j  # distance of key j from query i
+            qi, kj, rd = q[..., i, :], k[..., j, :], r[..., d, :]
+            a, b = (qi * kj).sum(-1), (qi * rd).sum(-1)
+            c, e = (u[..., 0, :] * kj).sum(-1), (v[..., 0, :] * rd).sum(-1)
+            for name, term in zip("abcd", (a, b, c, e), strict=True):
+                terms[name][..., i, j] = term
+            out[..., i, j] = (a + b + c + e) * scale
+    return out, terms
+
+
+@pytest.mark.parametrize(("length", "keys"), [(6, 6), (4, 9), (1, 3)])
+def test_transformer_xl_equals_the_four_terms(length, keys) -> None:
+    g = torch.Generator().manual_seed(3)
+    heads, d = 3, 8
+    q = torch.randn(2, heads, length, d, generator=g, dtype=F64)
+    k = torch.randn(2, heads, keys, d, generator=g, dtype=F64)
+    w_r = torch.randn(heads, d, d, generator=g, dtype=F64)  # W_{k,R} per head
+    r = transformer_xl_encoding(keys, d, dtype=F64) @ w_r.transpose(-2, -1)  # (H,S,D)
+    u = torch.randn(heads, 1, d, generator=g, dtype=F64)
+    v = torch.randn(heads, 1, d, generator=g, dtype=F64)
+    ref, terms = _xl_loop(q, k, r, u, v, 1 / math.sqrt(d))
+    got = transformer_xl_scores(q, k, r, u, v)
+    assert torch.equal(torch.isinf(got), torch.isinf(ref))
+    finite = torch.isfinite(ref)
+    torch.testing.assert_close(got[finite], ref[finite], rtol=1e-12, atol=1e-12)
+    # each term alone: zero the others
+    zero_u, zero_r = torch.zeros_like(u), torch.zeros_like(r)
+    only_a = transformer_xl_scores(q, k, zero_r, zero_u, zero_u, scale=1.0)
+    torch.testing.assert_close(only_a[finite], terms["a"][finite], rtol=1e-12, atol=0)
+    only_c = transformer_xl_scores(torch.zeros_like(q), k, zero_r, u, zero_u, scale=1.0)
+    torch.testing.assert_close(only_c[finite], terms["c"][finite], rtol=1e-12, atol=0)
+
+
+def test_transformer_xl_encoding_is_the_authors_table_flipped() -> None:
+    keys, d = 7, 6
+    pos_seq = torch.arange(keys - 1, -1, -1.0, dtype=F64)  # the authors' order
+    inv_freq = 1 / (10000 ** (torch.arange(0.0, d, 2.0, dtype=F64) / d))
+    angles = torch.outer(pos_seq, inv_freq)
+    theirs = torch.cat([angles.sin(), angles.cos()], dim=-1)
+    ours = transformer_xl_encoding(keys, d, dtype=F64)
+    torch.testing.assert_close(ours.flip(0), theirs, rtol=1e-13, atol=1e-15)
+
+
+# ---- LongRoPE -----------------------------------------------------------------------
+
+
+def _phi3(d: int, n0: int, n_max: int, params: dict, partial: float = 1.0):
+    g = torch.Generator().manual_seed(4)
+    pairs = int(d * partial) // 2
+    rope = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "short_factor": (1 + torch.rand(pairs, generator=g)).tolist(),
+        "long_factor": (1 + 30 * torch.rand(pairs, generator=g)).sort()[0].tolist(),
+        **params,
+    }
+    if partial != 1.0:
+        rope["partial_rotary_factor"] = partial
+    config = Phi3Config(
+        hidden_size=2 * d,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=n_max,
+        original_max_position_embeddings=n0,
+        rope_parameters=rope,
+    )
+    return config, rope
+
+
+@pytest.mark.parametrize(
+    ("d", "n0", "n_max", "params", "partial"),
+    [
+        (32, 64, 2048, {}, 1.0),  # factor from the lengths (Phi-3), 32x
+        (16, 4096, 131072, {}, 1.0),  # Phi-3-mini-128k's lengths
+        (32, 100, 400, {"factor": 3.0}, 1.0),
+        (32, 100, 400, {"attention_factor": 1.5}, 1.0),
+        (64, 512, 512, {}, 1.0),  # factor 1: attention factor 1
+        (32, 256, 1024, {}, 0.5),  # partial rotary: D counts the rotated part
+    ],
+)
+def test_longrope_equals_hf(d, n0, n_max, params, partial) -> None:
+    config, rope = _phi3(d, n0, n_max, params, partial)
+    rotated = int(d * partial)
+    factor = rope.get("factor", n_max / n0)
+    for seq_len in (None, 1, n0 - 1, n0, n0 + 1, 4 * n0):
+        theirs, their_factor = ROPE_INIT_FUNCTIONS["longrope"](
+            config, "cpu", seq_len=seq_len
+        )
+        ours, our_factor = longrope_frequencies(
+            rotated,
+            base=10000.0,
+            short_factor=rope["short_factor"],
+            long_factor=rope["long_factor"],
+            factor=factor,
+            original_max_position_embeddings=n0,
+            seq_len=seq_len,
+            attention_factor=params.get("attention_factor"),
+        )
+        torch.testing.assert_close(ours, theirs.to(F64), rtol=2e-6, atol=0.0)
+        assert our_factor == pytest.approx(their_factor, rel=1e-15)
+        long = seq_len is not None and seq_len > n0
+        expected = rope["long_factor"] if long else rope["short_factor"]
+        base_freq = rope_frequencies(rotated)
+        torch.testing.assert_close(
+            ours, base_freq / torch.tensor(expected, dtype=F64), rtol=1e-14, atol=0
+        )
+
+
+def test_longrope_switch_equals_hf_rotary_embedding() -> None:
+    # HF picks the set from max(position_ids) + 1 > L0: position L0 - 1 is short, L0 long
+    d, n0 = 32, 64
+    config, rope = _phi3(d, n0, 2048, {})
+    emb = Phi3RotaryEmbedding(config)
+    x = torch.zeros(1, 1, 2 * d)
+    for last in (n0 - 1, n0, 3 * n0):
+        positions = torch.arange(last + 1)[None]
+        cos, sin = emb(x, positions)
+        inv_freq, factor = longrope_frequencies(
+            d,
+            short_factor=rope["short_factor"],
+            long_factor=rope["long_factor"],
+            factor=2048 / n0,
+            original_max_position_embeddings=n0,
+            seq_len=last + 1,
+        )
+        our_cos, our_sin = rope_cos_sin(positions[0], inv_freq)
+        assert (our_cos * factor - cos[0, :, : d // 2]).abs().max() < 2e-5
+        assert (our_sin * factor - sin[0, :, d // 2 :]).abs().max() < 2e-5
+
+
+def test_longrope_attention_factor_values() -> None:
+    assert longrope_attention_factor(32.0, 4096) == pytest.approx(
+        math.sqrt(1 + math.log(32) / math.log(4096))
+    )
+    assert longrope_attention_factor(1.0, 4096) == 1.0
+    assert longrope_attention_factor(0.5, 4096) == 1.0
+
+
+# ---- Qwen2-VL M-RoPE ------------------------------------------------------------------
+
+
+def _qwen2_vl_config(d: int, section: list[int], merge: int = 2):
+    return Qwen2VLConfig(
+        text_config={
+            "hidden_size": 2 * d,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": section,
+            },
+        },
+        vision_config={"spatial_merge_size": merge},
+    )
+
+
+def _hf_rope_index(segments, merge: int = 2, video_from: int = 10**9):
+    """Qwen2VLModel.get_rope_index on a namespace standing in for the model (it reads
+    only config.vision_config.spatial_merge_size); grids from index ``video_from`` on
+    are videos."""
+    model = types.SimpleNamespace(config=_qwen2_vl_config(8, [2, 1, 1], merge))
+    model.get_vision_position_ids = types.MethodType(
+        qwen2_vl.Qwen2VLModel.get_vision_position_ids, model
+    )
+    types_, images, videos = [], [], []
+    for n, item in enumerate(segments):
+        if isinstance(item, tuple):
+            t, h, w = item
+            kind = 2 if n >= video_from else 1
+            types_ += [kind] * (t * (h // merge) * (w // merge))
+            (videos if kind == 2 else images).append(item)
+        else:
+            types_ += [0] * item
+    ids = torch.zeros(1, len(types_), dtype=torch.long)
+    position_ids, _ = qwen2_vl.Qwen2VLModel.get_rope_index(
+        model,
+        ids,
+        torch.tensor([types_]),
+        image_grid_thw=torch.tensor(images) if images else None,
+        video_grid_thw=torch.tensor(videos) if videos else None,
+    )
+    return position_ids[:, 0]
+
+
+@pytest.mark.parametrize(
+    ("segments", "merge", "video_from"),
+    [
+        ([3, (1, 4, 6), 2], 2, 10**9),
+        ([(1, 2, 2)], 2, 10**9),
+        ([5], 2, 10**9),
+        ([2, (2, 4, 4), 1, (1, 6, 2), 3], 2, 1),  # a 2-frame video, then an image
+        ([1, (3, 2, 4), 4], 1, 1),
+    ],
+)
+def test_multimodal_position_ids_equal_hf(segments, merge, video_from) -> None:
+    ours = multimodal_position_ids(segments, spatial_merge_size=merge)
+    theirs = _hf_rope_index(segments, merge, video_from)
+    assert torch.equal(ours, theirs)
+
+
+def test_multimodal_position_ids_example() -> None:
+    ours = multimodal_position_ids([3, (1, 4, 6), 2])
+    assert ours.tolist() == [
+        [0, 1, 2, 3, 3, 3, 3, 3, 3, 6, 7],
+        [0, 1, 2, 3, 3, 3, 4, 4, 4, 6, 7],
+        [0, 1, 2, 3, 4, 5, 3, 4, 5, 6, 7],
+    ]
+
+
+@pytest.mark.parametrize(("d", "section"), [(32, [4, 6, 6]), (16, [2, 3, 3])])
+def test_multimodal_rope_equals_hf(d, section) -> None:
+    config = _qwen2_vl_config(d, section)
+    emb = qwen2_vl.Qwen2VLRotaryEmbedding(config.text_config)
+    segments = [3, (1, 4, 6), 2, (2, 2, 8), 4]
+    position_ids = torch.stack([multimodal_position_ids(segments)] * 2, dim=1)
+    position_ids[:, 1] += 5  # a second sequence, shifted: (3, B, L)
+    length = position_ids.shape[-1]
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 2, length, d, generator=g)
+    cos, sin = emb(q, position_ids)  # (B, L, D)
+    our_cos, our_sin = multimodal_rope_cos_sin(
+        position_ids, rope_frequencies(d), section
+    )
+    assert our_cos.shape == (2, length, d // 2)
+    for ours, theirs in ((our_cos, cos), (our_sin, sin)):
+        assert (ours - theirs[..., : d // 2]).abs().max() < 2e-6
+        assert (ours - theirs[..., d // 2 :]).abs().max() < 2e-6
+    rotated, _ = qwen2_vl.apply_rotary_pos_emb(q, q, cos, sin)
+    ours = apply_rope(q, our_cos, our_sin)
+    assert (ours - rotated).abs().max() < 2e-5
+    # a text-only sequence is ordinary RoPE
+    text = multimodal_position_ids([9])
+    c1, s1 = multimodal_rope_cos_sin(text, rope_frequencies(d), section)
+    c2, s2 = rope_cos_sin(torch.arange(9), rope_frequencies(d))
+    assert torch.equal(c1, c2) and torch.equal(s1, s2)
+
+
+# ---- axial 2-D RoPE ---------------------------------------------------------------------
+
+
+def _axial_score(q, k, dx, dy, theta):
+    """Re sum_i q_i conj(k_i) e^{i (dx, dy) theta} in the complex view, float64:
+    pairs (i, i + D/2) of the half layout, x on the first D/4 pairs, y on the rest."""
+    d = q.shape[-1]
+    qc = torch.complex(q[: d // 2], q[d // 2 :])
+    kc = torch.complex(k[: d // 2], k[d // 2 :])
+    quarter = d // 4
+    angle = torch.cat([dx * theta, dy * theta])  # (D/2,)
+    assert angle.shape[0] == 2 * quarter
+    return (qc * kc.conj() * torch.polar(torch.ones_like(angle), angle)).real.sum()
+
+
+def test_axial_rope_depends_on_dx_dy_only() -> None:
+    d, h, w = 16, 3, 4
+    g = torch.Generator().manual_seed(6)
+    q, k = (
+        torch.randn(d, generator=g, dtype=F64),
+        torch.randn(d, generator=g, dtype=F64),
+    )
+    theta = axial_rope_frequencies(d, base=100.0)
+    xy = grid_positions(h, w)
+    cos, sin = axial_rope_cos_sin(xy, theta, dtype=F64)
+    rq = apply_rope(q.expand(h * w, d), cos, sin)  # the query at every patch
+    rk = apply_rope(k.expand(h * w, d), cos, sin)
+    scores = rq @ rk.T  # (N, N)
+    for a, b in itertools.product(range(h * w), repeat=2):
+        dx, dy = (xy[a] - xy[b]).tolist()
+        expected = _axial_score(q, k, dx, dy, theta)
+        assert abs(scores[a, b] - expected) < 1e-12
+    # a shift of the whole grid by (dx, dy) = (7, -3) changes no score
+    cos2, sin2 = axial_rope_cos_sin(xy + torch.tensor([7, -3]), theta, dtype=F64)
+    rq2 = apply_rope(q.expand(h * w, d), cos2, sin2)
+    rk2 = apply_rope(k.expand(h * w, d), cos2, sin2)
+    assert (rq2 @ rk2.T - scores).abs().max() < 1e-12
+    # ... while 1-D RoPE over the raster order does not depend on (dx, dy) alone:
+    # (0,0)->(3,0) and (3,0)->(0,1) are both raster offset 3
+    c1, s1 = rope_cos_sin(torch.arange(h * w), rope_frequencies(d))
+    r1q = apply_rope(q.expand(h * w, d).float(), c1, s1)
+    r1k = apply_rope(k.expand(h * w, d).float(), c1, s1)
+    raster = r1q @ r1k.T
+    assert abs(raster[3, 0] - raster[4, 1]) < 1e-5  # same raster offset: same score
+    assert abs(scores[3, 0] - scores[4, 1]) > 1e-3  # axial tells (3, 0) from (-3, 1)
+
+
+def test_grid_positions_are_rope_vit_raster_order() -> None:
+    t = torch.arange(12)
+    assert torch.equal(grid_positions(3, 4), torch.stack([t % 4, t // 4], dim=-1))
+    assert grid_positions(0, 5).shape == (0, 2)
+    theta = axial_rope_frequencies(8)
+    assert torch.equal(theta, rope_frequencies(4, base=100.0))
+
+
+# ---- the base bound (Men et al., 2024) ------------------------------------------------
+
+
+def test_rope_decay_sum_is_the_sum_of_cosines() -> None:
+    m = torch.tensor([0, 1, 5, 1000, 123456])
+    theta = rope_frequencies(128, base=500000.0)
+    direct = torch.cos(m[:, None].to(F64) * theta).sum(-1)
+    ours = rope_decay_sum(m, 128, base=500000.0)
+    torch.testing.assert_close(ours, direct, rtol=1e-13, atol=1e-10)
+    assert float(rope_decay_sum(torch.tensor(0), 16)) == 8.0
+
+
+def _admissible(b: float, length: int, d: int) -> bool:
+    m = torch.arange(length + 1, dtype=F64)
+    return bool(
+        (torch.cos(m[:, None] * rope_frequencies(d, base=b)).sum(-1) >= 0).all()
+    )
+
+
+@pytest.mark.parametrize(("length", "d"), [(100, 64), (300, 32)])
+def test_rope_base_lower_bound_against_a_dense_scan(length, d) -> None:
+    bound = rope_base_lower_bound(length, d, rtol=1e-6)
+    assert _admissible(bound, length, d)
+    assert not _admissible(bound * (1 - 2e-6), length, d)
+    # a dense scan finds nothing admissible below it
+    scan = torch.logspace(math.log10(2.0), math.log10(bound), 800, dtype=F64)[:-1]
+    assert not any(_admissible(float(b), length, d) for b in scan)
+
+
+def test_admissible_bases_are_not_an_interval() -> None:
+    # D = 128, L = 1024: the island at the bound (4.29e3, the paper's 4.3e3), a gap,
+    # then admissible again from about 6.0e3 (a grid scan would report that one)
+    verdicts = [_admissible(b, 1024, 128) for b in (4293.0, 4294.0, 5000.0, 6100.0)]
+    assert verdicts == [False, True, False, True]
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+Q = torch.randn(2, 3, 4, 8)
+K = torch.randn(2, 3, 6, 8)
+V = torch.randn(2, 3, 6, 5)
+W_K = torch.randn(5, 8)  # K = 2
+U = torch.zeros(8)
+R = torch.randn(6, 8)
+SHORT = [1.0] * 8  # for head_dim 16
+LONGROPE = dict(
+    short_factor=SHORT,
+    long_factor=SHORT,
+    factor=4.0,
+    original_max_position_embeddings=64,
+)
+
+BAD_INPUTS = [
+    (
+        "relative_positions",
+        lambda: relative_positions(-1, 3),
+        ValueError,
+        r"^query_length must be an int >= 0, got -1",
+    ),
+    (
+        "relative_positions",
+        lambda: relative_positions(2, 3, query_offset=1.5),
+        TypeError,
+        r"^query_offset must be an int, got 1.5",
+    ),
+    (
+        "t5_relative_position_bucket",
+        lambda: t5_relative_position_bucket(torch.tensor([1.0, -2.0])),
+        TypeError,
+        r"^relative_position must be an integer tensor, got a tensor of dtype "
+        r"torch.float32",
+    ),
+    (
+        "t5_relative_position_bucket",
+        lambda: t5_relative_position_bucket(torch.tensor([1]), num_buckets=3),
+        ValueError,
+        r"^num_buckets must be an int >= 4 \(two directions",
+    ),
+    (
+        "t5_relative_position_bucket",
+        lambda: t5_relative_position_bucket(
+            torch.tensor([1]), num_buckets=32, max_distance=8
+        ),
+        ValueError,
+        r"^max_distance must be > 8 \(the exact buckets of a direction",
+    ),
+    (
+        "t5_relative_position_bucket",
+        lambda: t5_relative_position_bucket(torch.tensor([1]), bidirectional=1),
+        TypeError,
+        r"^bidirectional must be a bool, got 1",
+    ),
+    (
+        "t5_relative_bias",
+        lambda: t5_relative_bias(torch.randn(32), 3, 3),
+        ValueError,
+        r"^weight must have 2 dimensions \(num_buckets, H\), got shape \(32,\)",
+    ),
+    (
+        "t5_relative_bias",
+        lambda: t5_relative_bias(torch.randn(1, 4), 3, 3, bidirectional=False),
+        ValueError,
+        r"^weight must have a valid number of rows \(num_buckets\): num_buckets must "
+        r"be an int >= 2",
+    ),
+    (
+        "T5RelativeBias",
+        lambda: T5RelativeBias(0),
+        ValueError,
+        r"^num_heads must be a positive int, got 0",
+    ),
+    (
+        "T5RelativeBias",
+        lambda: T5RelativeBias(4, dtype=torch.int64),
+        TypeError,
+        r"^dtype must be a floating torch.dtype, got torch.int64",
+    ),
+    (
+        "T5RelativeBias.forward",
+        lambda: T5RelativeBias(4)(3, -2),
+        ValueError,
+        r"^key_length must be an int >= 0, got -2",
+    ),
+    (
+        "shaw_relative_index",
+        lambda: shaw_relative_index(3, 3, -1),
+        ValueError,
+        r"^max_relative_position must be an int >= 0, got -1",
+    ),
+    (
+        "shaw_scores",
+        lambda: shaw_scores(Q, K, torch.randn(4, 8)),
+        ValueError,
+        r"^rel_key must have an odd number 2K \+ 1 of rows",
+    ),
+    (
+        "shaw_scores",
+        lambda: shaw_scores(Q, K, torch.randn(5, 7)),
+        ValueError,
+        r"^query and rel_key must have the same feature-width \(D\) size",
+    ),
+    (
+        "shaw_scores",
+        lambda: shaw_scores(Q, K, W_K.double()),
+        TypeError,
+        r"^rel_key must have query's dtype torch.float32",
+    ),
+    (
+        "shaw_attention",
+        lambda: shaw_attention(Q, K, V, W_K, torch.randn(5, 4)),
+        ValueError,
+        r"^rel_value must have shape \(2K \+ 1, Dv\) with rel_key's 2K \+ 1 rows "
+        r"\(5, 5\), got shape \(5, 4\)",
+    ),
+    (
+        "shaw_attention",
+        lambda: shaw_attention(Q, K, V[..., :5, :], W_K),
+        ValueError,
+        r"^key and value must have the same length \(S\) size",
+    ),
+    (
+        "shaw_attention",
+        lambda: shaw_attention(Q, K, V, W_K, is_causal="yes"),
+        TypeError,
+        r"^is_causal must be a bool, got 'yes'",
+    ),
+    (
+        "rel_shift",
+        lambda: rel_shift(torch.randn(5, 3)),
+        ValueError,
+        r"^x must have L <= S",
+    ),
+    (
+        "rel_shift",
+        lambda: rel_shift(torch.randn(5)),
+        ValueError,
+        r"^x must have at least 2 dimensions \(\.\.\., L, S\), got shape \(5,\)",
+    ),
+    (
+        "transformer_xl_encoding",
+        lambda: transformer_xl_encoding(5, 7),
+        ValueError,
+        r"^dim must be an even int, got 7",
+    ),
+    (
+        "transformer_xl_scores",
+        lambda: transformer_xl_scores(K, Q, R, U, U),
+        ValueError,
+        r"^key must have at least as many positions as query",
+    ),
+    (
+        "transformer_xl_scores",
+        lambda: transformer_xl_scores(Q, K, R[:5], U, U),
+        ValueError,
+        r"^rel_key must have size 6 \(S, one row per distance",
+    ),
+    (
+        "transformer_xl_scores",
+        lambda: transformer_xl_scores(Q, K, R, torch.zeros(7), U),
+        ValueError,
+        r"^u must have size 8 \(D, query's width\)",
+    ),
+    (
+        "transformer_xl_scores",
+        lambda: transformer_xl_scores(Q, K, R, U, torch.zeros(5, 1, 8)),
+        ValueError,
+        r"^v must broadcast to query's shape \(2, 3, 4, 8\)",
+    ),
+    (
+        "transformer_xl_scores",
+        lambda: transformer_xl_scores(Q, K, R, U, U, scale=0.0),
+        ValueError,
+        r"^scale must be a real number > 0, got 0.0",
+    ),
+    (
+        "longrope_attention_factor",
+        lambda: longrope_attention_factor(32.0, 1),
+        ValueError,
+        r"^original_max_position_embeddings must be an int >= 2, got 1",
+    ),
+    (
+        "longrope_attention_factor",
+        lambda: longrope_attention_factor(-1.0, 4096),
+        ValueError,
+        r"^factor must be a real number > 0, got -1.0",
+    ),
+    (
+        "longrope_frequencies",
+        lambda: longrope_frequencies(16, **{**LONGROPE, "short_factor": [1.0] * 7}),
+        ValueError,
+        r"^short_factor must hold 8 positive reals \(D/2\), got 7",
+    ),
+    (
+        "longrope_frequencies",
+        lambda: longrope_frequencies(
+            16, **{**LONGROPE, "long_factor": [1.0] * 7 + [0.0]}
+        ),
+        ValueError,
+        r"^long_factor\[7\] must be a real number > 0, got 0.0",
+    ),
+    (
+        "longrope_frequencies",
+        lambda: longrope_frequencies(
+            16, **{**LONGROPE, "long_factor": torch.ones(8, dtype=torch.long)}
+        ),
+        TypeError,
+        r"^long_factor must be a floating-point tensor",
+    ),
+    (
+        "longrope_frequencies",
+        lambda: longrope_frequencies(16, **LONGROPE, seq_len=-1),
+        ValueError,
+        r"^seq_len must be an int >= 0, got -1",
+    ),
+    (
+        "longrope_frequencies",
+        lambda: longrope_frequencies(15, **LONGROPE),
+        ValueError,
+        r"^head_dim must be an even int, got 15",
+    ),
+    (
+        "multimodal_position_ids",
+        lambda: multimodal_position_ids([3, (1, 3, 4)]),
+        ValueError,
+        r"^segments\[1\] must have h and w divisible by spatial_merge_size=2",
+    ),
+    (
+        "multimodal_position_ids",
+        lambda: multimodal_position_ids([3, (1, 2, 2), (1, 2, 2)]),
+        ValueError,
+        r"^segments must separate two grids by text",
+    ),
+    (
+        "multimodal_position_ids",
+        lambda: multimodal_position_ids([3, (1, 2)]),
+        ValueError,
+        r"^segments\[1\] must hold 3 ints \(t, h, w\), got 2",
+    ),
+    (
+        "multimodal_position_ids",
+        lambda: multimodal_position_ids("abc"),
+        TypeError,
+        r"^segments must be a tuple or list of text lengths and \(t, h, w\) grids",
+    ),
+    (
+        "multimodal_position_ids",
+        lambda: multimodal_position_ids([0]),
+        ValueError,
+        r"^segments\[0\] must be a positive int, got 0",
+    ),
+    (
+        "multimodal_rope_cos_sin",
+        lambda: multimodal_rope_cos_sin(
+            torch.zeros(3, 4, dtype=torch.long), torch.ones(8), [2, 3, 4]
+        ),
+        ValueError,
+        r"^mrope_section must sum to D/2 = 8",
+    ),
+    (
+        "multimodal_rope_cos_sin",
+        lambda: multimodal_rope_cos_sin(
+            torch.zeros(3, 4, dtype=torch.long), torch.ones(8), [4, 4]
+        ),
+        ValueError,
+        r"^mrope_section must hold 3 ints, one per axis, got 2",
+    ),
+    (
+        "multimodal_rope_cos_sin",
+        lambda: multimodal_rope_cos_sin(torch.zeros(3, 4), torch.ones(8, 1), [2, 3, 3]),
+        ValueError,
+        r"^frequencies must have 1 dimensions \(D/2,\)",
+    ),
+    (
+        "axial_rope_frequencies",
+        lambda: axial_rope_frequencies(18),
+        ValueError,
+        r"^head_dim must be a multiple of 4 \(two axes of pairs\), got 18",
+    ),
+    (
+        "axial_rope_frequencies",
+        lambda: axial_rope_frequencies(16, base=1.0),
+        ValueError,
+        r"^base must be a real number > 1, got 1.0",
+    ),
+    (
+        "grid_positions",
+        lambda: grid_positions(3, -4),
+        ValueError,
+        r"^width must be an int >= 0, got -4",
+    ),
+    (
+        "axial_rope_cos_sin",
+        lambda: axial_rope_cos_sin(torch.zeros(5, 3), torch.ones(4)),
+        ValueError,
+        r"^positions must have size 2 \(\(x, y\)\) in dimension -1",
+    ),
+    (
+        "axial_rope_cos_sin",
+        lambda: axial_rope_cos_sin(torch.zeros(5, 2), torch.ones(4), dtype=torch.int32),
+        TypeError,
+        r"^dtype must be a floating torch.dtype, got torch.int32",
+    ),
+    (
+        "rope_decay_sum",
+        lambda: rope_decay_sum([1, 2], 128),
+        TypeError,
+        r"^offsets must be a torch.Tensor, got a list",
+    ),
+    (
+        "rope_decay_sum",
+        lambda: rope_decay_sum(torch.arange(3), 127),
+        ValueError,
+        r"^head_dim must be an even int, got 127",
+    ),
+    (
+        "rope_base_lower_bound",
+        lambda: rope_base_lower_bound(0),
+        ValueError,
+        r"^context_length must be a positive int, got 0",
+    ),
+    (
+        "rope_base_lower_bound",
+        lambda: rope_base_lower_bound(100, 64, low=1e6),
+        ValueError,
+        r"^low must be a base that is not admissible yet",
+    ),
+    (
+        "rope_base_lower_bound",
+        lambda: rope_base_lower_bound(100, 64, high=10.0),
+        ValueError,
+        r"^high must be large enough to hold an admissible base",
+    ),
+    (
+        "rope_base_lower_bound",
+        lambda: rope_base_lower_bound(100, 64, rtol=0.0),
+        ValueError,
+        r"^rtol must be a real number > 0, got 0.0",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "call", "error", "match"),
+    BAD_INPUTS,
+    ids=[f"{row[0]}-{i}" for i, row in enumerate(BAD_INPUTS)],
+)
+def test_bad_input(name, call, error, match) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_every_public_name_has_a_bad_input_case() -> None:
+    from companion import relative
+
+    assert set(relative.__all__) <= {row[0].split(".")[0] for row in BAD_INPUTS}
+
+
+def test_empty_inputs_give_the_empty_answer() -> None:
+    assert T5RelativeBias(2)(0, 5).shape == (2, 0, 5)
+    assert relative_positions(0, 0).shape == (0, 0)
+    assert transformer_xl_encoding(0, 4).shape == (0, 4)
+    cos, _ = axial_rope_cos_sin(grid_positions(0, 3), axial_rope_frequencies(8))
+    assert cos.shape == (0, 4)
