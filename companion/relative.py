@@ -649,7 +649,7 @@ def transformer_xl_scores(
         rel_key: ``(..., S, D)``; u, v: ``(..., D)`` broadcasting against query.
         output: ``(..., L, S)``.
     """
-    lead = _validate.attention_inputs(query, key)
+    _validate.attention_inputs(query, key)
     length, keys = query.shape[-2], key.shape[-2]
     if keys < length:
         raise ValueError(
@@ -676,7 +676,6 @@ def transformer_xl_scores(
     future = relative_positions(
         length, keys, query_offset=keys - length, device=query.device
     )
-    del lead
     return scores.masked_fill(future > 0, float("-inf"))
 
 
