@@ -23,7 +23,13 @@ each matched to a reference in ``tests/test_relative.py``:
 =====================================  ==============================================
 
 ALiBi (:func:`companion.extension.alibi_bias`) is the same family with a fixed bias
-:math:`-a_h (i - j)` instead of a learned one.
+:math:`-a_h (i - j)` instead of a learned one. For the trained comparison, each has a
+causal self-attention layer in the style of :mod:`companion.model` (a subclass of
+:class:`companion.model.CausalSelfAttention` that overrides only ``attend``):
+:class:`T5BiasSelfAttention`, :class:`ShawSelfAttention` and
+:class:`TransformerXLSelfAttention`; a :class:`companion.model.TinyTransformer`
+subclass whose ``_attention`` returns one of them trains with it
+(``position="none"`` in its config).
 
 **RoPE variants.** :func:`longrope_frequencies` is Phi-3's ``"longrope"`` scaling (one
 searched factor per pair, short or long set by the sequence length) and its attention
@@ -54,10 +60,14 @@ from torch import Tensor, nn
 
 from companion import _validate
 from companion.attention import _scale
+from companion.model import CausalSelfAttention
 from companion.positional import _frequencies, sinusoidal_dot_products
 
 __all__ = [
+    "ShawSelfAttention",
+    "T5BiasSelfAttention",
     "T5RelativeBias",
+    "TransformerXLSelfAttention",
     "axial_rope_cos_sin",
     "axial_rope_frequencies",
     "grid_positions",
@@ -1144,3 +1154,190 @@ def rope_base_lower_bound(
         f"high must be large enough to hold an admissible base for context_length={n} "
         f"and head_dim={head_dim}, got high={hi:g}"
     )
+
+
+# ---- self-attention layers for the tiny Transformer ------------------------------------
+
+
+def _no_mask(cls: str, mask: object) -> None:
+    if mask is not None:
+        raise ValueError(
+            f"mask must be None: {cls} builds its own (causal when is_causal=True), "
+            f"got {_validate.describe(mask)}"
+        )
+
+
+class T5BiasSelfAttention(CausalSelfAttention):
+    r"""Causal self-attention with T5's learned bucketed bias (decoder buckets).
+
+    The position step adds :class:`T5RelativeBias` (``bidirectional=False``: every
+    past distance has its bucket, the future is masked) to the scores, which are scaled
+    by :math:`1/\sqrt{D/H}` as everywhere in this book (T5 itself folds that scale into
+    its initialization). One table per layer (T5 shares the first layer's).
+
+    Args:
+        dim: model width ``D``.
+        num_heads: heads ``H``; must divide ``dim``.
+        num_buckets: see :func:`t5_relative_position_bucket`.
+        max_distance: see :func:`t5_relative_position_bucket`.
+
+    Shape:
+        - input: ``(B, L, D)``
+        - output: ``(B, L, D)``
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+    ) -> None:
+        super().__init__(dim, num_heads)
+        self.relative_bias = T5RelativeBias(
+            self.num_heads,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+            bidirectional=False,
+        )
+
+    def attend(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        _no_mask("T5BiasSelfAttention", mask)
+        length, keys = query.shape[-2], key.shape[-2]
+        bias = self.relative_bias(length, keys, query_offset=keys - length)
+        bias = bias.to(device=query.device, dtype=query.dtype)  # (H, L, S)
+        if is_causal:
+            future = relative_positions(
+                length, keys, query_offset=keys - length, device=query.device
+            )
+            bias = bias.masked_fill(future > 0, float("-inf"))
+        return super().attend(query, key, value, mask=bias)
+
+
+class ShawSelfAttention(CausalSelfAttention):
+    r"""Causal self-attention with Shaw et al.'s relative key (and value) vectors.
+
+    The position step is :func:`shaw_attention` with ``2K + 1`` learned vectors of the
+    head width for the keys and, if ``values``, for the values, shared by the heads as
+    in the paper; initialized with standard deviation ``(D/H)^{-1/2}`` like a row of a
+    projection's output.
+
+    Args:
+        dim: model width ``D``.
+        num_heads: heads ``H``; must divide ``dim``.
+        max_relative_position: the clipping distance :math:`K` (the paper used 16 for
+            translation; 2 or more changed little there).
+        values: add the value vectors :math:`a^V` too.
+
+    Shape:
+        - input: ``(B, L, D)``
+        - output: ``(B, L, D)``
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        max_relative_position: int = 16,
+        values: bool = True,
+    ) -> None:
+        super().__init__(dim, num_heads)
+        k = _validate.nonnegative_int("max_relative_position", max_relative_position)
+        values = _validate.flag("values", values)
+        self.max_relative_position = k
+        std = self.head_dim**-0.5
+        self.rel_key = nn.Parameter(torch.randn(2 * k + 1, self.head_dim) * std)
+        self.rel_value = (
+            nn.Parameter(torch.randn(2 * k + 1, self.head_dim) * std)
+            if values
+            else None
+        )
+
+    def attend(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        _no_mask("ShawSelfAttention", mask)
+        return shaw_attention(
+            query,
+            key,
+            value,
+            self.rel_key.to(query.dtype),
+            None if self.rel_value is None else self.rel_value.to(query.dtype),
+            is_causal=is_causal,
+            query_offset=key.shape[-2] - query.shape[-2],
+        )
+
+
+class TransformerXLSelfAttention(CausalSelfAttention):
+    r"""Causal self-attention with Transformer-XL's relative scores (no memory).
+
+    The position step is :func:`transformer_xl_scores`: the sinusoidal
+    :func:`transformer_xl_encoding` of each distance, projected per head by a learned
+    :math:`W_{k,R}` (``r_proj``, no bias), and the learned per-head biases ``u``
+    (content) and ``v`` (position), zero at the start. Causal only: the shifted scores
+    above the diagonal are not defined.
+
+    Args:
+        dim: model width ``D``.
+        num_heads: heads ``H``; must divide ``dim``; ``D`` must be even.
+        base: base of the sinusoidal encoding.
+
+    Shape:
+        - input: ``(B, L, D)``
+        - output: ``(B, L, D)``
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, base: float = 10000.0) -> None:
+        super().__init__(dim, num_heads)
+        _validate.positive_int("dim", dim, even=True)
+        self.base = _validate.real("base", base, exclusive_minimum=1.0)
+        self.r_proj = nn.Linear(self.embed_dim, self.embed_dim, bias=False)
+        self.u = nn.Parameter(torch.zeros(self.num_heads, 1, self.head_dim))
+        self.v = nn.Parameter(torch.zeros(self.num_heads, 1, self.head_dim))
+
+    def attend(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        _no_mask("TransformerXLSelfAttention", mask)
+        if not is_causal:
+            raise ValueError(
+                "is_causal must be True: Transformer-XL's shifted scores exist only "
+                "up to the diagonal, got False"
+            )
+        keys = key.shape[-2]
+        weight = self.r_proj.weight
+        encoding = transformer_xl_encoding(
+            keys,
+            self.embed_dim,
+            base=self.base,
+            dtype=weight.dtype,
+            device=weight.device,
+        )  # (S, D)
+        r = self.r_proj(encoding).view(keys, self.num_heads, self.head_dim)
+        r = r.transpose(0, 1).to(query.dtype)  # (H, S, D/H)
+        scores = transformer_xl_scores(
+            query, key, r, self.u.to(query.dtype), self.v.to(query.dtype)
+        )  # (B, H, L, S), -inf above the diagonal
+        return torch.softmax(scores, dim=-1) @ value

@@ -18,8 +18,12 @@ import warnings
 import pytest
 import torch
 
+from companion.model import CausalSelfAttention, ModelConfig, TinyTransformer
 from companion.relative import (
+    ShawSelfAttention,
+    T5BiasSelfAttention,
     T5RelativeBias,
+    TransformerXLSelfAttention,
     axial_rope_cos_sin,
     axial_rope_frequencies,
     grid_positions,
@@ -603,6 +607,103 @@ def test_admissible_bases_are_not_an_interval() -> None:
     assert verdicts == [False, True, False, True]
 
 
+# ---- the self-attention layers ------------------------------------------------------
+
+
+def _heads(module, x):
+    """The module's own projections, split into heads: (B, H, L, D/H) each."""
+    return (module._split(p(x)) for p in (module.q_proj, module.k_proj, module.v_proj))
+
+
+def _merge(module, z):
+    b, h, length, dh = z.shape
+    return module.out_proj(z.transpose(1, 2).reshape(b, length, h * dh))
+
+
+def _copy(source, target):
+    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        getattr(target, name).load_state_dict(getattr(source, name).state_dict())
+
+
+def test_t5_layer_equals_the_formula() -> None:
+    torch.manual_seed(7)
+    layer = T5BiasSelfAttention(16, 4, num_buckets=8, max_distance=12).double()
+    torch.nn.init.normal_(layer.relative_bias.relative_attention_bias.weight)
+    x = torch.randn(2, 20, 16, dtype=F64)
+    q, k, v = _heads(layer, x)
+    bias = t5_relative_bias(
+        layer.relative_bias.relative_attention_bias.weight,
+        20,
+        20,
+        bidirectional=False,
+        max_distance=12,
+    )
+    causal = torch.ones(20, 20, dtype=torch.bool).triu(1)
+    scores = (q @ k.transpose(-2, -1) / 2 + bias).masked_fill(causal, -math.inf)
+    expected = _merge(layer, scores.softmax(-1) @ v)
+    torch.testing.assert_close(layer(x), expected, rtol=1e-12, atol=1e-12)
+    # a zero table is plain causal attention
+    torch.nn.init.zeros_(layer.relative_bias.relative_attention_bias.weight)
+    plain = CausalSelfAttention(16, 4).double()
+    _copy(layer, plain)
+    torch.testing.assert_close(layer(x), plain(x), rtol=1e-12, atol=1e-12)
+
+
+def test_shaw_layer_equals_the_loop() -> None:
+    torch.manual_seed(8)
+    layer = ShawSelfAttention(12, 3, max_relative_position=3).double()
+    x = torch.randn(2, 9, 12, dtype=F64)
+    q, k, v = _heads(layer, x)
+    _, z = _shaw_loop(q, k, v, layer.rel_key, layer.rel_value, 0, True, 0.5)
+    torch.testing.assert_close(layer(x), _merge(layer, z), rtol=1e-12, atol=1e-12)
+    keys_only = ShawSelfAttention(12, 3, max_relative_position=3, values=False)
+    assert keys_only.rel_value is None
+    with torch.no_grad():
+        layer.rel_key.zero_()
+        layer.rel_value.zero_()
+    plain = CausalSelfAttention(12, 3).double()
+    _copy(layer, plain)
+    torch.testing.assert_close(layer(x), plain(x), rtol=1e-12, atol=1e-12)
+
+
+def test_transformer_xl_layer_equals_the_four_terms() -> None:
+    torch.manual_seed(9)
+    layer = TransformerXLSelfAttention(16, 2).double()
+    torch.nn.init.normal_(layer.u)
+    torch.nn.init.normal_(layer.v)
+    x = torch.randn(2, 7, 16, dtype=F64)
+    q, k, v = _heads(layer, x)
+    r = layer.r_proj(transformer_xl_encoding(7, 16, dtype=F64)).view(7, 2, 8)
+    scores, _ = _xl_loop(q, k, r.transpose(0, 1), layer.u, layer.v, 8**-0.5)
+    expected = _merge(layer, scores.softmax(-1) @ v)
+    torch.testing.assert_close(layer(x), expected, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        layer.r_proj.weight.zero_()
+        layer.u.zero_()
+        layer.v.zero_()
+    plain = CausalSelfAttention(16, 2).double()
+    _copy(layer, plain)
+    torch.testing.assert_close(layer(x), plain(x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "layer", [T5BiasSelfAttention, ShawSelfAttention, TransformerXLSelfAttention]
+)
+def test_layers_train_inside_the_tiny_transformer(layer) -> None:
+    class Model(TinyTransformer):
+        def _attention(self):
+            return layer(self.config.dim, self.config.num_heads)
+
+    torch.manual_seed(10)
+    model = Model(ModelConfig(vocab_size=11, dim=16, num_heads=2, position="none"))
+    assert sum(isinstance(m, layer) for m in model.modules()) == 2
+    ids = torch.randint(0, 11, (3, 12))
+    loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+    loss.backward()
+    own = [p for n, p in model.named_parameters() if "proj" not in n or "r_proj" in n]
+    assert all(p.grad is not None for p in own)
+
+
 # ---- bad input ---------------------------------------------------------------------------
 
 Q = torch.randn(2, 3, 4, 8)
@@ -620,6 +721,42 @@ LONGROPE = dict(
 )
 
 BAD_INPUTS = [
+    (
+        "T5BiasSelfAttention",
+        lambda: T5BiasSelfAttention(16, 4, num_buckets=1),
+        ValueError,
+        r"^num_buckets must be an int >= 2",
+    ),
+    (
+        "T5BiasSelfAttention.attend",
+        lambda: T5BiasSelfAttention(8, 2).attend(Q, K, K, mask=torch.ones(4, 6)),
+        ValueError,
+        r"^mask must be None: T5BiasSelfAttention builds its own",
+    ),
+    (
+        "ShawSelfAttention",
+        lambda: ShawSelfAttention(16, 4, max_relative_position=-2),
+        ValueError,
+        r"^max_relative_position must be an int >= 0, got -2",
+    ),
+    (
+        "ShawSelfAttention",
+        lambda: ShawSelfAttention(16, 4, values=None),
+        TypeError,
+        r"^values must be a bool, got None",
+    ),
+    (
+        "TransformerXLSelfAttention",
+        lambda: TransformerXLSelfAttention(15, 3),
+        ValueError,
+        r"^dim must be an even int, got 15",
+    ),
+    (
+        "TransformerXLSelfAttention.attend",
+        lambda: TransformerXLSelfAttention(16, 2).attend(Q, K, K),
+        ValueError,
+        r"^is_causal must be True",
+    ),
     (
         "relative_positions",
         lambda: relative_positions(-1, 3),
