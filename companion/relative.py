@@ -17,8 +17,8 @@ each matched to a reference in ``tests/test_relative.py``:
                                        relative encoding :math:`r_{i-j}` and two learned
                                        vectors :math:`u, v`; computed with :func:`rel_shift`
 :func:`t5_relative_position_bucket`,   Raffel et al. (2020): one learned scalar per head
-:func:`t5_relative_bias`,              and *bucket* of :math:`j - i`, exact up to
-:class:`T5RelativeBias`                ``num_buckets/4`` positions, logarithmic up to
+:func:`t5_relative_bias`,              and *bucket* of :math:`j - i`: exact for the
+:class:`T5RelativeBias`                nearest distances, logarithmic up to
                                        ``max_distance``; Hugging Face's T5 bit for bit
 =====================================  ==============================================
 
@@ -630,7 +630,7 @@ def transformer_xl_scores(
 
         A_{ij} = \underbrace{q_i \cdot k_j}_{(a)} + \underbrace{q_i \cdot r_{i-j}}_{(b)}
                + \underbrace{u \cdot k_j}_{(c)} + \underbrace{v \cdot r_{i-j}}_{(d)}
-               = (q_i + u) \cdot k_j + \rel\_shift\big((q_i + v) \cdot r\big)_{ij},
+               = (q_i + u) \cdot k_j + \mathrm{shift}\big((q_i + v) \cdot r\big)_{ij},
 
     the four terms of :math:`(x_i + p_i)^\top W_q^\top W_k (x_j + p_j)` with the key's
     absolute :math:`p_j` replaced by :math:`r_{i-j}` and the query's by the learned
@@ -951,8 +951,9 @@ def axial_rope_frequencies(head_dim: int, *, base: float = 100.0) -> Tensor:
     :math:`i < D/4`.
 
     Each axis gets ``D/4`` pairs with the full range of frequencies of a 1-D RoPE of
-    width ``D/2``, as in Heo et al.'s RoPE-Axial (2024), whose default base is 100
-    (patch grids are short). The first ``D/4`` pairs turn with the column :math:`x`,
+    width ``D/2``, as in Heo et al.'s RoPE-Axial (2024; ``compute_axial_cis`` in their
+    ``rope-vit`` code, default base 100, as here: patch grids are short; SAM 2's copy
+    uses 10000). The first ``D/4`` pairs turn with the column :math:`x`,
     the last ``D/4`` with the row :math:`y` (:func:`axial_rope_cos_sin`).
 
     Args:

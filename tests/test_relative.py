@@ -569,6 +569,10 @@ def test_grid_positions_are_rope_vit_raster_order() -> None:
     assert grid_positions(0, 5).shape == (0, 2)
     theta = axial_rope_frequencies(8)
     assert torch.equal(theta, rope_frequencies(4, base=100.0))
+    # RoPE-ViT's compute_axial_cis: 1 / theta ** (arange(0, dim, 4)[: dim // 4] / dim)
+    d = 32
+    theirs = 1.0 / (100.0 ** (torch.arange(0, d, 4)[: d // 4].to(F64) / d))
+    torch.testing.assert_close(axial_rope_frequencies(d), theirs, rtol=1e-15, atol=0)
 
 
 # ---- the base bound (Men et al., 2024) ------------------------------------------------
