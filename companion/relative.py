@@ -1229,14 +1229,13 @@ class ShawSelfAttention(CausalSelfAttention):
 
     The position step is :func:`shaw_attention` with ``2K + 1`` learned vectors of the
     head width for the keys and, if ``values``, for the values, shared by the heads as
-    in the paper; initialized with standard deviation ``(D/H)^{-1/2}`` like a row of a
-    projection's output.
+    in the paper; initialized from a normal distribution with standard deviation
+    :math:`(D/H)^{-1/2}`.
 
     Args:
         dim: model width ``D``.
         num_heads: heads ``H``; must divide ``dim``.
-        max_relative_position: the clipping distance :math:`K` (the paper used 16 for
-            translation; 2 or more changed little there).
+        max_relative_position: the clipping distance :math:`K`.
         values: add the value vectors :math:`a^V` too.
 
     Shape:
