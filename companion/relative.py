@@ -45,7 +45,11 @@ alone. The cos/sin tables plug into :func:`companion.rope.apply_rope`.
 
 **Choosing the base.** :func:`rope_base_lower_bound` is the smallest RoPE base for which
 the long-term-decay sum of Men et al. (2024), :math:`B(m) = \sum_i \cos(m\theta_i)`,
-stays non-negative up to a target context length.
+stays non-negative up to a target context length; :func:`critical_dimension` counts
+the dimensions that turn a full circle within the training length (Liu et al., 2023).
+
+**No position at all.** :func:`nope_position_readout` computes Kazemnejad et al.'s
+(2023) construction: causal attention with equal scores reads absolute position.
 
 Shape legend: ``H`` heads, ``L`` query length, ``S`` key length, ``D`` head width.
 """
@@ -59,7 +63,7 @@ import torch
 from torch import Tensor, nn
 
 from companion import _validate
-from companion.attention import _scale
+from companion.attention import _scale, scaled_dot_product_attention
 from companion.model import CausalSelfAttention
 from companion.positional import _frequencies, sinusoidal_dot_products
 
@@ -70,11 +74,13 @@ __all__ = [
     "TransformerXLSelfAttention",
     "axial_rope_cos_sin",
     "axial_rope_frequencies",
+    "critical_dimension",
     "grid_positions",
     "longrope_attention_factor",
     "longrope_frequencies",
     "multimodal_position_ids",
     "multimodal_rope_cos_sin",
+    "nope_position_readout",
     "rel_shift",
     "relative_positions",
     "rope_base_lower_bound",
@@ -1155,6 +1161,66 @@ def rope_base_lower_bound(
         f"high must be large enough to hold an admissible base for context_length={n} "
         f"and head_dim={head_dim}, got high={hi:g}"
     )
+
+
+def critical_dimension(head_dim: int, base: float, training_length: int) -> int:
+    r"""Liu et al.'s (2023) critical dimension: the dimensions whose pairs turn a full
+    circle within the training length.
+
+    Pair :math:`i` has wavelength :math:`\lambda_i = 2\pi\, b^{2i/D}`; it completes a
+    period within :math:`T` positions when :math:`\lambda_i \le T`, i.e. for
+    :math:`i \le x = (D/2) \log_b(T / 2\pi)`. The count of such dimensions (two per
+    pair) is :math:`d_\text{extra} = 2\lceil x \rceil` in the paper ("Scaling laws of
+    RoPE-based extrapolation"); computed here by counting the pairs, which agrees except
+    when :math:`x` is a whole number (then the pair :math:`i = x` has
+    :math:`\lambda_i = T` exactly and counts). Llama 2 (:math:`D = 128`, :math:`b =
+    10^4`, :math:`T = 4096`): 92 of 128. Dimensions past it never saw a full period
+    in training.
+
+    Args:
+        head_dim: ``D``, a positive even int.
+        base: the RoPE base :math:`b`, a real > 1.
+        training_length: :math:`T`, a positive int.
+
+    Returns:
+        The number of dimensions, an even int in ``[0, D]``.
+    """
+    theta = _frequencies("head_dim", head_dim, base)
+    t = _validate.positive_int("training_length", training_length)
+    wavelengths = 2 * math.pi / theta
+    return 2 * int((wavelengths <= t).sum())
+
+
+def nope_position_readout(
+    length: int, *, dtype: torch.dtype = torch.float64
+) -> tuple[Tensor, Tensor]:
+    r"""How a causal layer without positions can still read absolute position
+    (Kazemnejad et al., 2023, the construction of their Theorem 1).
+
+    With all scores equal (zero queries) and the causal mask, the query at position
+    :math:`t` (from 0) averages the values of the :math:`t + 1` tokens up to it. If only
+    the first token (a beginning-of-sequence token) has value 1, the output is
+    :math:`1/(t + 1)`, and :math:`1/\text{output} - 1 = t` is the absolute position.
+    Computed through :func:`companion.attention.scaled_dot_product_attention`.
+
+    Args:
+        length: ``L``, at least 0.
+        dtype: floating-point dtype of the computation.
+
+    Returns:
+        ``(output, position)``: the attention output :math:`1/(t + 1)` and the
+        position read from it.
+
+    Shape:
+        output, position: ``(L,)``.
+    """
+    n = _validate.nonnegative_int("length", length)
+    dtype = _validate.dtype("dtype", dtype)
+    zeros = torch.zeros(n, 1, dtype=dtype)  # equal scores: q = k = 0
+    value = torch.zeros(n, 1, dtype=dtype)
+    value[:1] = 1.0  # the first token is marked
+    out = scaled_dot_product_attention(zeros, zeros, value, is_causal=True)[:, 0]
+    return out, 1 / out - 1
 
 
 # ---- self-attention layers for the tiny Transformer ------------------------------------

@@ -26,11 +26,13 @@ from companion.relative import (
     TransformerXLSelfAttention,
     axial_rope_cos_sin,
     axial_rope_frequencies,
+    critical_dimension,
     grid_positions,
     longrope_attention_factor,
     longrope_frequencies,
     multimodal_position_ids,
     multimodal_rope_cos_sin,
+    nope_position_readout,
     rel_shift,
     relative_positions,
     rope_base_lower_bound,
@@ -611,6 +613,40 @@ def test_admissible_bases_are_not_an_interval() -> None:
     assert verdicts == [False, True, False, True]
 
 
+@pytest.mark.parametrize(
+    ("d", "base", "length"),
+    [
+        (128, 1e4, 4096),
+        (128, 5e5, 8192),
+        (128, 1e6, 32768),
+        (64, 1e4, 2048),
+        (96, 7e3, 100),
+    ],
+)
+def test_critical_dimension_is_the_papers_formula(d, base, length) -> None:
+    x = (d / 2) * math.log(length / (2 * math.pi)) / math.log(base)
+    assert x != int(x)
+    assert critical_dimension(d, base, length) == 2 * math.ceil(x)
+    # and the count it stands for: pairs whose wavelength fits in the training length
+    wavelengths = 2 * math.pi * base ** (2 * torch.arange(d // 2, dtype=F64) / d)
+    assert critical_dimension(d, base, length) == 2 * int((wavelengths <= length).sum())
+
+
+def test_critical_dimension_of_llama_2_is_92() -> None:
+    assert critical_dimension(128, 10000.0, 4096) == 92
+    assert critical_dimension(128, 10000.0, 6) == 0  # no pair turns within 6 tokens
+    assert critical_dimension(128, 10000.0, 10**9) == 128
+
+
+def test_nope_reads_absolute_position() -> None:
+    out, position = nope_position_readout(50)
+    t = torch.arange(50, dtype=F64)
+    torch.testing.assert_close(out, 1 / (t + 1), rtol=1e-14, atol=0)
+    torch.testing.assert_close(position, t, rtol=0, atol=1e-10)
+    out, position = nope_position_readout(0)
+    assert out.shape == position.shape == (0,)
+
+
 # ---- the self-attention layers ------------------------------------------------------
 
 
@@ -725,6 +761,30 @@ LONGROPE = dict(
 )
 
 BAD_INPUTS = [
+    (
+        "critical_dimension",
+        lambda: critical_dimension(128, 10000.0, 0),
+        ValueError,
+        r"^training_length must be a positive int, got 0",
+    ),
+    (
+        "critical_dimension",
+        lambda: critical_dimension(128, 0.5, 4096),
+        ValueError,
+        r"^base must be a real number > 1, got 0.5",
+    ),
+    (
+        "nope_position_readout",
+        lambda: nope_position_readout(-3),
+        ValueError,
+        r"^length must be an int >= 0, got -3",
+    ),
+    (
+        "nope_position_readout",
+        lambda: nope_position_readout(4, dtype=torch.long),
+        TypeError,
+        r"^dtype must be a floating torch.dtype, got torch.int64",
+    ),
     (
         "T5BiasSelfAttention",
         lambda: T5BiasSelfAttention(16, 4, num_buckets=1),
