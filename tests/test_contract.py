@@ -34,6 +34,7 @@ MODULES = [
     "positional",
     "rope",
     "extension",
+    "relative",
     "attention",
     "norm",
     "model",
