@@ -101,7 +101,20 @@ MAKE_BOOK = r"""(book) => {
         });
         return copy.textContent.replace(/\s+/g, ' ').trim();
     };
-    const stats = {internal: 0, external: 0, unlinked: [], missing: [], solutions: 0};
+    const stats = {
+        internal: 0, external: 0, unlinked: [], missing: [], solutions: 0,
+        solutionLinks: 0,
+    };
+
+    // ---- a solution's title links to its exercise again: the site's script (book.js)
+    // unlinked it so that a tap opens the dropdown, and kept the target in data-book-href
+    article.querySelectorAll('.admonition-title [data-book-href]').forEach((span) => {
+        const a = document.createElement('a');
+        a.className = 'reference internal';
+        a.setAttribute('href', span.dataset.bookHref);
+        while (span.firstChild) a.appendChild(span.firstChild);
+        span.replaceWith(a);
+    });
 
     // ---- interface out: permalinks, buttons, the theme's page furniture ----------------
     article.querySelectorAll('.headerlink, button, .copybtn, .toggle-button')
@@ -179,6 +192,7 @@ MAKE_BOOK = r"""(book) => {
                 link.innerHTML = '<a>Solution at the end of the chapter</a>';
                 link.querySelector('a').setAttribute('href', '#' + solution.id);
                 exercise.appendChild(link);
+                stats.solutionLinks += 1;
             }
             box.appendChild(solution);
             stats.solutions += 1;
@@ -531,7 +545,8 @@ def main(argv: list[str]) -> int:
         f"pages; {report['formulas']} formulas, {report['images']} images, "
         f"{report['internal']} internal and {report['external']} external links, "
         f"{len(report['unlinked'])} links to pages outside the book made plain text, "
-        f"{report['solutions']} solutions moved to their chapter's end)"
+        f"{report['solutions']} solutions moved to their chapter's end, "
+        f"{report['solutionLinks']} linked from their exercise)"
     )
     if report["blank"]:
         print(f"build_pdf: blank pages: {report['blank']}")

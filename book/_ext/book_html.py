@@ -100,9 +100,15 @@ def _page_metadata(
         for name, (kind, value) in tags.items()
     )
     context["metatags"] = context.get("metatags", "") + meta
-    # the PDF link, only where the PDF exists
+    # the PDF link, only where the PDF exists (on the site: the single page that becomes
+    # the PDF keeps the plain link, which scripts/build_pdf.py prints as text)
     body = context.get("body")
-    if body and "book-pdf-link" in body and not BOOK_PDF.is_file():
+    if (
+        app.builder.name == "html"
+        and body
+        and "book-pdf-link" in body
+        and not BOOK_PDF.is_file()
+    ):
         context["body"] = PDF_LINK.sub(PDF_MISSING, body)
 
 

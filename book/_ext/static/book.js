@@ -113,11 +113,14 @@ function bookLinkFigures() {
 
 // ---- Solutions: the whole title opens the solution ------------------------------------------
 // sphinx-exercise links "Exercise 2.1" in a solution's title back to the exercise, which sits
-// right above it; on a dropdown that link stole the tap meant to open the solution.
+// right above it; on a dropdown that link stole the tap meant to open the solution. The
+// link's target stays in data-book-href: the PDF (scripts/build_pdf.py), where solutions
+// move to the chapter's end, makes it a link again and links the exercise to its solution.
 function bookSolutionTitles() {
   document.querySelectorAll(".solution.dropdown > .admonition-title a.reference").forEach((a) => {
     const span = document.createElement("span");
     span.className = "book-solution-exercise";
+    span.dataset.bookHref = a.getAttribute("href") || "";
     while (a.firstChild) span.appendChild(a.firstChild);
     a.replaceWith(span);
   });
