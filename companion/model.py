@@ -27,7 +27,7 @@ training length can be told apart.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -534,40 +534,51 @@ def train_batched(
     models: Sequence[TinyTransformer],
     *,
     seeds: Sequence[int],
-    steps: int,
+    steps: int | Sequence[int],
     batch_size: int,
     length: int,
     lag: int,
     lr: float = 3e-3,
-    warmup_steps: int = 0,
+    warmup_steps: int | Sequence[int] = 0,
     schedule: str = "constant",
+    targets: Callable[[torch.Tensor], torch.Tensor] | None = None,
     progress: bool = False,
 ) -> list[TrainingRun]:
     """Train several models of one configuration at once, as one batched model.
 
     Equivalent to the following, computed together::
 
-        [train(m, steps=steps, ..., seed=s) for m, s in zip(models, seeds)]
+        [train(m, steps=n, warmup_steps=w, ..., seed=s)
+         for m, s, n, w in zip(models, seeds, steps, warmup_steps)]
 
     The models' parameters are stacked along a new leading axis
     (:func:`torch.func.stack_module_state`), one forward pass is
     :func:`torch.vmap` of :func:`torch.func.functional_call` over that axis and over the
-    models' own batches, and one AdamW steps all stacked tensors. AdamW acts element by
-    element, so each model gets exactly its own update; the batched matrix products may
-    round differently from one-at-a-time ones (last-bit differences). The trained
+    models' own batches, and one AdamW update (``weight_decay=0``, as :func:`train`)
+    steps all stacked tensors, each model at its own learning rate. AdamW acts element
+    by element, so each model gets exactly its own update; the batched matrix products
+    may round differently from one-at-a-time ones (last-bit differences). The trained
     weights are copied back into ``models``.
+
+    ``steps`` and ``warmup_steps`` may differ between the models: a model with fewer
+    steps follows its own schedule, compressed into its steps as :func:`train` would,
+    and is left unchanged after them (its learning rate is zero; its run records only
+    its own steps). So one call trains, for example, the same seeds at two budgets.
 
     Args:
         models: :class:`TinyTransformer` s with equal configs, on one device, each built
             from its own seed.
         seeds: one batch-generator seed per model, as :func:`train`'s ``seed``.
-        steps: optimization steps.
+        steps: optimization steps, one number for every model or one per model.
         batch_size: sequences per step and model.
         length: training length ``L_train``.
         lag: the task's lag.
         lr: peak learning rate.
-        warmup_steps: linear warm-up steps (0 for none).
+        warmup_steps: linear warm-up steps (0 for none), one number or one per model.
         schedule: ``"constant"`` or ``"cosine"`` after the warm-up, as :func:`train`.
+        targets: another task on the same tokens: a function from a ``(B, L)`` batch of
+            token ids to its ``(B, L)`` integer targets (``-100`` where nothing is
+            scored), used instead of the lag task's targets. ``None``: the lag task.
         progress: print the mean loss ten times during training (for interactive use).
 
     Returns:
@@ -602,10 +613,16 @@ def train_batched(
     seeds = [
         _validate.integer(f"seeds[{i}]", s, minimum=0) for i, s in enumerate(seeds)
     ]
-    steps, lr, warmup_steps = _schedule(steps, lr, warmup_steps, 0)
+    step_counts = _per_model("steps", steps, len(models), _validate.positive_int)
+    warmups = _per_model(
+        "warmup_steps", warmup_steps, len(models), _validate.nonnegative_int
+    )
+    lr = _validate.positive_real("lr", lr)
     schedule = _validate.choice("schedule", schedule, SCHEDULES)
     config = models[0].config
     _task_sizes(batch_size, length, lag, config.vocab_size)
+    if targets is not None:
+        _validate.callable_("targets", targets)
     progress = _validate.flag("progress", progress)
 
     device = models[0].embed.weight.device
@@ -614,19 +631,23 @@ def train_batched(
     params, buffers = torch.func.stack_module_state(wrapped)  # name -> (M, ...)
     buffers = {name: b[0] for name, b in buffers.items()}  # equal in every model
 
-    def loss_of(p: dict, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def loss_of(p: dict, tokens: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         logits = torch.func.functional_call(base, (p, buffers), (tokens,))  # (B, L, V)
-        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # skips -100
+        return F.cross_entropy(logits.flatten(0, 1), target.flatten())  # skips -100
 
     batched_loss = torch.vmap(loss_of)  # over the models' axis of p, tokens, targets
     generators = [torch.Generator().manual_seed(s) for s in seeds]
-    optimizer = torch.optim.AdamW(params.values(), lr=lr, weight_decay=0.0)
+    moments = {
+        name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in params.items()
+    }
     runs = [TrainingRun() for _ in models]
-    every = max(1, steps // 10)
-    for step in range(steps):
-        rate = _rate(lr, warmup_steps, step, steps, schedule)
-        for group in optimizer.param_groups:
-            group["lr"] = rate
+    total = max(step_counts)
+    every = max(1, total // 10)
+    for step in range(total):
+        rates = [
+            _rate(lr, w, step, n, schedule) if step < n else 0.0
+            for n, w in zip(step_counts, warmups, strict=True)
+        ]
         batches = [
             lag_task(
                 batch_size, length, lag=lag, vocab_size=config.vocab_size, generator=g
@@ -634,16 +655,22 @@ def train_batched(
             for g in generators
         ]
         tokens = torch.stack([t for t, _ in batches]).to(device)  # (M, B, L)
-        targets = torch.stack([y for _, y in batches]).to(device)  # (M, B, L)
-        losses = batched_loss(params, tokens, targets)  # (M,)
-        optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()  # no shared parameter: each model gets its own gradient
-        optimizer.step()
-        for run, value in zip(runs, losses.tolist(), strict=True):
-            run.losses.append(value)
-            run.learning_rates.append(rate)
-        if progress and ((step + 1) % every == 0 or step + 1 == steps):
-            print(f"step {step + 1:>5}/{steps}: mean loss {losses.mean().item():.4f}")
+        if targets is None:
+            target = torch.stack([y for _, y in batches]).to(device)  # (M, B, L)
+        else:
+            target = torch.stack([_task_targets(targets, t) for t in tokens])
+        losses = batched_loss(params, tokens, target)  # (M,)
+        # no shared parameter: each model gets its own gradient
+        grads = torch.autograd.grad(losses.sum(), list(params.values()))
+        _adamw_step(params, grads, moments, rates, step + 1)
+        for run, value, rate, n in zip(
+            runs, losses.tolist(), rates, step_counts, strict=True
+        ):
+            if step < n:
+                run.losses.append(value)
+                run.learning_rates.append(rate)
+        if progress and ((step + 1) % every == 0 or step + 1 == total):
+            print(f"step {step + 1:>5}/{total}: mean loss {losses.mean().item():.4f}")
     with torch.no_grad():
         for i, m in enumerate(wrapped):
             for name, p in m.named_parameters():
@@ -651,6 +678,63 @@ def train_batched(
     for m in models:
         m.eval()
     return runs
+
+
+def _per_model(
+    name: str, value: object, count: int, check: Callable[[str, object], int]
+) -> list[int]:
+    """One checked value per model: ``value`` itself, or its items (one per model)."""
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        if len(value) != count:
+            raise ValueError(
+                f"{name} must be one number or one per model ({count}), "
+                f"got {len(value)} values"
+            )
+        return [check(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    return [check(name, value)] * count
+
+
+def _task_targets(
+    targets: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor
+) -> torch.Tensor:
+    """``targets(tokens)``, checked to be integer targets of the tokens' shape."""
+    out = _validate.tensor("targets(tokens)", targets(tokens), dtype="integer")
+    _validate.shape("targets(tokens)", out, tokens.shape, "of the tokens")
+    return out.long()
+
+
+_BETAS, _EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults
+
+
+@torch.no_grad()
+def _adamw_step(
+    params: dict[str, torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    moments: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    rates: list[float],
+    step: int,
+) -> None:
+    """One AdamW step (``weight_decay=0``) on stacked parameters, model ``i`` at
+    ``rates[i]``: torch.optim.AdamW's arithmetic, with a learning rate per model."""
+    beta1, beta2 = _BETAS
+    bias_correction1 = 1 - beta1**step
+    bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+    first = next(iter(params.values()))
+    step_size = torch.tensor(
+        [r / bias_correction1 for r in rates], dtype=first.dtype, device=first.device
+    )  # (M,)
+    stopped = step_size == 0  # models past their own steps: no change at all
+    any_stopped = bool(stopped.any())
+    for (name, p), g in zip(params.items(), grads, strict=True):
+        exp_avg, exp_avg_sq = moments[name]
+        exp_avg.lerp_(g, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(_EPS)
+        size = step_size.view(-1, *([1] * (p.ndim - 1)))  # (M, 1, ...)
+        update = size * exp_avg / denom
+        if any_stopped:  # 0 * nan would still move a diverged model
+            update = torch.where(stopped.view_as(size), 0.0, update)
+        p.sub_(update)
 
 
 def _hits(

@@ -586,8 +586,13 @@ class PostLNBlock(_ResidualBlock):
     Transformer.
 
     The norm sits on the residual path, so every block rescales the gradient flowing
-    through it; at initialization the gradients of the last layers are large, which is
-    why this placement needs a learning-rate warm-up (Xiong et al., 2020).
+    through it; at initialization the last layers' gradients keep their size as the
+    stack deepens (they shrink in Pre-LN). Xiong et al. (2020) see in this why the
+    placement needs a learning-rate warm-up; Liu et al. (2020) find the cause in an
+    amplification instead: each block depends heavily on its own branch, so small
+    parameter changes add up to a large change of the output (an Adam step has the
+    same size whatever the gradient's; the chapter on normalization measures both, the
+    capstone trains with and without warm-up).
 
     Args:
         dim: model width ``D`` (checked against the input's last dim).

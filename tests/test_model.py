@@ -346,6 +346,61 @@ def test_batched_training_matches_train_with_warmup() -> None:
         assert run.losses == pytest.approx(expected.losses, rel=1e-5, abs=1e-5)
 
 
+def test_batched_training_gives_each_model_its_own_steps_and_warmup() -> None:
+    """Budgets and warm-ups per model: each run is train's at that budget (the cosine
+    compressed into its steps), and a model is left unchanged after its own steps."""
+    models = [tiny("rope") for _ in range(3)]
+    refs = [copy.deepcopy(m) for m in models]
+    steps, warmups, seeds = [3, 6, 6], [1, 2, 0], [5, 5, 6]
+    runs = M.train_batched(
+        models,
+        seeds=seeds,
+        steps=steps,
+        batch_size=4,
+        length=8,
+        lag=1,
+        lr=1e-2,
+        warmup_steps=warmups,
+        schedule="cosine",
+    )
+    for m, ref, run, n, w, s in zip(
+        models, refs, runs, steps, warmups, seeds, strict=True
+    ):
+        expected = M.train(
+            ref,
+            steps=n,
+            batch_size=4,
+            length=8,
+            lag=1,
+            lr=1e-2,
+            warmup_steps=w,
+            schedule="cosine",
+            seed=s,
+        )
+        assert run.learning_rates == expected.learning_rates
+        assert run.losses == pytest.approx(expected.losses, rel=1e-5, abs=1e-5)
+        for (name, p), q in zip(m.named_parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_batched_training_takes_another_task_on_the_same_tokens() -> None:
+    def lag_targets(tokens: torch.Tensor) -> torch.Tensor:
+        out = torch.full_like(tokens, -100)
+        out[:, 2:] = tokens[:, :-2]
+        return out
+
+    def first_token(tokens: torch.Tensor) -> torch.Tensor:
+        return tokens[:, :1].expand_as(tokens).clone()
+
+    kwargs = dict(seeds=[0, 1], steps=3, batch_size=4, length=8, lag=2)
+    plain = M.train_batched([tiny(), tiny()], **kwargs)
+    same = M.train_batched([tiny(), tiny()], targets=lag_targets, **kwargs)
+    other = M.train_batched([tiny(), tiny()], targets=first_token, **kwargs)
+    for a, b, c in zip(plain, same, other, strict=True):
+        assert a.losses == b.losses  # the lag task's targets, given as a function
+        assert a.losses[0] != c.losses[0]  # another task: other losses
+
+
 def test_batched_training_changes_the_weights_of_every_model() -> None:
     models = [tiny("rope"), tiny("rope")]
     before = [copy.deepcopy(m.state_dict()) for m in models]
@@ -781,6 +836,36 @@ BAD_INPUTS = [
         lambda: _train_batched(models=[m := tiny(), m]),
         ValueError,
         r"models must be distinct modules, got the same module twice",
+    ),
+    (
+        "train_batched",
+        lambda: _train_batched(steps=[1]),
+        ValueError,
+        r"steps must be one number or one per model \(2\), got 1 values",
+    ),
+    (
+        "train_batched",
+        lambda: _train_batched(warmup_steps=[0, -1]),
+        ValueError,
+        r"warmup_steps\[1\] must be an int >= 0, got -1",
+    ),
+    (
+        "train_batched",
+        lambda: _train_batched(targets=3),
+        TypeError,
+        r"targets must be callable, got 3",
+    ),
+    (
+        "train_batched",
+        lambda: _train_batched(targets=lambda t: t.float()),
+        TypeError,
+        r"targets\(tokens\) must be an integer tensor, got a tensor of dtype",
+    ),
+    (
+        "train_batched",
+        lambda: _train_batched(targets=lambda t: t[:, :1]),
+        ValueError,
+        r"targets\(tokens\) must have shape of the tokens \(2, 4\), got shape \(2, 1\)",
     ),
     # accuracy
     (

@@ -378,12 +378,13 @@ def test_later_pre_ln_blocks_change_the_residual_stream_less(seed: int) -> None:
 # ---- Post-LN and Pre-LN in training (chapter 06 measures it) -------------------------
 
 
-def test_without_warmup_pre_ln_trains_and_post_ln_stalls_in_every_seed() -> None:
+def test_without_warmup_pre_ln_trains_and_post_ln_never_learns_in_any_seed() -> None:
     """Chapter 06's experiment, same sizes and seeds: four layers, RoPE, lr 3e-2, 150
-    steps. Pre-LN trains in every seed; Post-LN stays at the loss of a uniform guess
-    (ln 16) in every seed; with a 30-step warm-up every Post-LN seed trains at first
-    (loss below 0.01), and each then ends either trained or diverged above ln 16 + 0.5
-    (2 and 1 here): a warm-up rescues most seeds, not necessarily all."""
+    steps. Pre-LN trains in every seed; Post-LN never learns in any seed (its loss
+    never falls below 2 nats; where it wanders between 2 and ln 16 = 2.77 differs
+    between CPUs: 2.24-2.75 on one, above 2.3 on another); with a 30-step warm-up every
+    Post-LN seed trains at first (loss below 0.01), then two end trained and one
+    diverged above ln 16 + 0.5: a warm-up rescues most seeds, not all."""
     import companion
     from companion import model
 
@@ -408,9 +409,8 @@ def test_without_warmup_pre_ln_trains_and_post_ln_stalls_in_every_seed() -> None
     chance = math.log(16)
     assert (final(losses("pre", 0)) < 0.1).all()
     post = losses("post", 0)
-    assert ((final(post) - chance).abs() < 0.15).all()
-    assert min(min(c) for c in post) > 2.3  # never far below a uniform guess
+    assert min(min(c) for c in post) > 2.0 and (final(post) > 2.0).all()
     warm = losses("post", 30)
     assert max(min(c) for c in warm) < 0.01
     trained, diverged = (final(warm) < 0.1).sum(), (final(warm) > chance + 0.5).sum()
-    assert trained >= 2 and trained + diverged == 3
+    assert trained == 2 and diverged == 1
