@@ -787,6 +787,9 @@ def ratio_bars(
     ax.axvline(1.0, linestyle="--", color="gray", linewidth=0.8)
     if reference:
         ax.annotate(reference, (1.0, ys[0] + 0.45), color="gray", **text)
+        # headroom for the label over the top bar, inside the frame once readable()
+        # has enlarged it (the default margin leaves it crossing the top spine)
+        ax.set_ylim(ys[-1] - 0.7, ys[0] + 1.1)
     ax.set_yticks(ys, labels=labels)
     ax.set_xlim(0, values.max() * 1.2)
     ax.set(title=title, xlabel=xlabel)
