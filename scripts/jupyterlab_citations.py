@@ -7,14 +7,15 @@ Markdown cells, the text the web book shows for it, computed by sphinxcontrib-bi
 own author-year style from ``book/references.bib``, and hides each of the two where it
 does not belong::
 
-    <span class="d-none">Su et al. [2024]</span><span class="lm-mod-hidden">
-    {cite:t}`su2021roformer`</span>
+    <span class="d-none">Su et al. [2024]</span>
+    <span class="hidden">{cite:t}`su2021roformer`</span>
 
-(one line in the cell; broken here to fit).
+(written on one line, with no break between the two spans).
 
 * ``d-none`` (Bootstrap, in the book's theme) hides the text on the web and in the PDF
   (printed from the HTML), which show the citation exactly as before;
-* ``lm-mod-hidden`` (Lumino, JupyterLab's own) hides the role in JupyterLab, which shows
+* ``hidden`` (a class of jupyterlab-myst's own stylesheet, which renders the MyST; no
+  stylesheet of the book's theme defines it) hides the role in JupyterLab, which shows
   the text.
 
 Authors write plain ``{cite:t}`key``` and run this script (load-modify-save of each
@@ -42,7 +43,7 @@ BIB = BOOK / "references.bib"
 ROLE = r"\{cite:(?P<kind>[a-z]+)\}`(?P<keys>[^`]+)`"
 WRAPPED = re.compile(
     r'<span class="d-none">(?P<text>[^<]*)</span>'
-    r'<span class="lm-mod-hidden">' + ROLE + "</span>"
+    r'<span class="hidden">' + ROLE + "</span>"
 )
 CITATION = re.compile(WRAPPED.pattern + "|" + ROLE.replace("?P<", "?P<bare_"))
 
@@ -99,7 +100,7 @@ class Citations:
         text = self.text(kind, keys)
         return (
             f'<span class="d-none">{text}</span>'
-            f'<span class="lm-mod-hidden">{{cite:{kind}}}`{keys}`</span>'
+            f'<span class="hidden">{{cite:{kind}}}`{keys}`</span>'
         )
 
 

@@ -146,6 +146,9 @@ def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 checks.check_softmax(softmax)""",
 }
+RUN_BUTTON = (
+    ".jp-NotebookPanel-toolbar [data-command='notebook:run-cell-and-select-next']"
+)
 FIRST_LINE = {
     "stub": "check_softmax: not attempted yet",
     "wrong": "✗ check_softmax: ",
@@ -208,6 +211,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     settings = home / "settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    # no "Would you like to get notified about official Jupyter news?" over the page
+    news = home / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     config = home / "config"
     if os.environ.get("JUPYTERLAB_WITHOUT_MYST"):
         (config / "labconfig").mkdir(parents=True)
@@ -416,16 +423,26 @@ def checker_outputs(page, lab) -> dict[str, dict]:
     shown = {}
     for i, name in enumerate(["setup", *ATTEMPTS]):
         cell = cells.nth(i)
-        cell.locator(".jp-InputPrompt").click()
-        page.keyboard.press("Control+Enter")
-        # done when the prompt shows the cell's execution count, "[n]:", not "[*]:"
         prompt = cell.locator(".jp-InputPrompt")
-        for _ in range(240):
+        # select the cell, then the toolbar's run button; again if it did not start
+        for _ in range(3):
+            prompt.click()
+            page.locator(RUN_BUTTON).click()
+            page.wait_for_timeout(3000)
+            if prompt.inner_text().strip() != "[ ]:":
+                break
+        # done when the prompt shows the cell's execution count, "[n]:", not "[*]:";
+        # the first cell starts the kernel and imports torch (minutes on a busy CPU)
+        for _ in range(600):
             if re.fullmatch(r"\[\d+\]:", prompt.inner_text().strip()):
                 break
             page.wait_for_timeout(500)
         else:
-            pytest.fail(f"the {name} cell did not finish within 2 minutes")
+            page.screenshot(path=str(SHOTS / "checker-timeout.png"))
+            pytest.fail(
+                f"the {name} cell did not finish within 5 minutes (prompt "
+                f"{prompt.inner_text()!r}; _build/jupyterlab/checker-timeout.png)"
+            )
         page.wait_for_timeout(300)
         if name == "setup":
             continue
