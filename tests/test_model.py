@@ -383,6 +383,28 @@ def test_batched_training_gives_each_model_its_own_steps_and_warmup() -> None:
             torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_batched_adamw_step_is_torchs_adamw_bit_for_bit() -> None:
+    """train_batched's update (a learning rate per model) is torch.optim.AdamW's
+    arithmetic: with one rate for every model the parameters agree exactly."""
+    gen = torch.Generator().manual_seed(0)
+    ours = {
+        "a": torch.randn(3, 5, 4, generator=gen),
+        "b": torch.randn(3, 7, generator=gen),
+    }
+    theirs = {k: v.clone().requires_grad_() for k, v in ours.items()}
+    optimizer = torch.optim.AdamW(theirs.values(), lr=3e-2, weight_decay=0.0)
+    moments = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in ours.items()}
+    for step in range(1, 30):
+        grads = [torch.randn(v.shape, generator=gen) * 10.0 ** (step % 5 - 2)
+                 for v in ours.values()]  # fmt: skip
+        M._adamw_step(ours, grads, moments, [3e-2] * 3, step)
+        for v, g in zip(theirs.values(), grads, strict=True):
+            v.grad = g.clone()
+        optimizer.step()
+    for k in ours:
+        assert torch.equal(ours[k], theirs[k].detach()), k
+
+
 def test_batched_training_takes_another_task_on_the_same_tokens() -> None:
     def lag_targets(tokens: torch.Tensor) -> torch.Tensor:
         out = torch.full_like(tokens, -100)
