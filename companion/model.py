@@ -562,8 +562,9 @@ def train_batched(
 
     ``steps`` and ``warmup_steps`` may differ between the models: a model with fewer
     steps follows its own schedule, compressed into its steps as :func:`train` would,
-    and is left unchanged after them (its learning rate is zero; its run records only
-    its own steps). So one call trains, for example, the same seeds at two budgets.
+    and then leaves the batch (its parameters set aside, no longer computed; its run
+    records its own steps). So one call trains, for example, the same seeds at two
+    budgets.
 
     Args:
         models: :class:`TinyTransformer` s with equal configs, on one device, each built
@@ -641,18 +642,29 @@ def train_batched(
         name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in params.items()
     }
     runs = [TrainingRun() for _ in models]
+    active = list(range(len(models)))  # the models still training, in stacked order
+    trained: dict[int, dict[str, torch.Tensor]] = {}  # model -> its final parameters
     total = max(step_counts)
     every = max(1, total // 10)
     for step in range(total):
-        rates = [
-            _rate(lr, w, step, n, schedule) if step < n else 0.0
-            for n, w in zip(step_counts, warmups, strict=True)
-        ]
+        if any(step_counts[i] == step for i in active):  # some models are done:
+            keep = [k for k, i in enumerate(active) if step_counts[i] > step]
+            for k, i in enumerate(active):  # set them aside, stop computing them
+                if step_counts[i] == step:
+                    trained[i] = {n: p[k].detach().clone() for n, p in params.items()}
+            params = {n: p.detach()[keep].requires_grad_() for n, p in params.items()}
+            moments = {n: (m[keep], v[keep]) for n, (m, v) in moments.items()}
+            active = [active[k] for k in keep]
+        rates = [_rate(lr, warmups[i], step, step_counts[i], schedule) for i in active]
         batches = [
             lag_task(
-                batch_size, length, lag=lag, vocab_size=config.vocab_size, generator=g
+                batch_size,
+                length,
+                lag=lag,
+                vocab_size=config.vocab_size,
+                generator=generators[i],
             )
-            for g in generators
+            for i in active
         ]
         tokens = torch.stack([t for t, _ in batches]).to(device)  # (M, B, L)
         if targets is None:
@@ -663,18 +675,17 @@ def train_batched(
         # no shared parameter: each model gets its own gradient
         grads = torch.autograd.grad(losses.sum(), list(params.values()))
         _adamw_step(params, grads, moments, rates, step + 1)
-        for run, value, rate, n in zip(
-            runs, losses.tolist(), rates, step_counts, strict=True
-        ):
-            if step < n:
-                run.losses.append(value)
-                run.learning_rates.append(rate)
+        for i, value, rate in zip(active, losses.tolist(), rates, strict=True):
+            runs[i].losses.append(value)
+            runs[i].learning_rates.append(rate)
         if progress and ((step + 1) % every == 0 or step + 1 == total):
             print(f"step {step + 1:>5}/{total}: mean loss {losses.mean().item():.4f}")
+    for k, i in enumerate(active):
+        trained[i] = {n: p[k].detach() for n, p in params.items()}
     with torch.no_grad():
         for i, m in enumerate(wrapped):
             for name, p in m.named_parameters():
-                p.copy_(params[name][i])
+                p.copy_(trained[i][name])
     for m in models:
         m.eval()
     return runs
@@ -723,18 +734,13 @@ def _adamw_step(
     step_size = torch.tensor(
         [r / bias_correction1 for r in rates], dtype=first.dtype, device=first.device
     )  # (M,)
-    stopped = step_size == 0  # models past their own steps: no change at all
-    any_stopped = bool(stopped.any())
     for (name, p), g in zip(params.items(), grads, strict=True):
         exp_avg, exp_avg_sq = moments[name]
         exp_avg.lerp_(g, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
         denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(_EPS)
         size = step_size.view(-1, *([1] * (p.ndim - 1)))  # (M, 1, ...)
-        update = size * exp_avg / denom
-        if any_stopped:  # 0 * nan would still move a diverged model
-            update = torch.where(stopped.view_as(size), 0.0, update)
-        p.sub_(update)
+        p.sub_(size * exp_avg / denom)
 
 
 def _hits(
