@@ -270,6 +270,25 @@ MAKE_BOOK = r"""(book) => {
     front.appendChild(contents);
     article.insertBefore(front, article.firstChild);
 
+    // ---- code keeps its spaces and line ends on a page it continues onto: laying out the
+    // rest of a split block, Paged.js steps from an element to the next *significant*
+    // node, passing over whitespace-only text, and Pygments writes the spaces and newlines
+    // between tokens as such text ("x = 1" read "x=1" there, lines ran together). Each
+    // goes into a span of its own: an element is never passed over.
+    for (const pre of article.querySelectorAll('pre')) {
+        const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+        const blank = [];
+        while (walker.nextNode()) {
+            if (!/[^\t\n\r ]/.test(walker.currentNode.data)) blank.push(walker.currentNode);
+        }
+        for (const node of blank) {
+            const span = document.createElement('span');
+            span.className = 'book-ws';
+            node.replaceWith(span);
+            span.appendChild(node);
+        }
+    }
+
     // ---- the article alone on the page -------------------------------------------------
     document.body.replaceChildren(article);
     document.body.className = '';

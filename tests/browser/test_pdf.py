@@ -214,6 +214,30 @@ def test_the_solutions_are_printed_unfolded() -> None:
     assert not missing, f"{len(missing)} solutions not printed, e.g. {missing[:5]}"
 
 
+def test_code_keeps_its_spaces_on_every_page() -> None:
+    """A code block split across pages keeps the spaces between its tokens on the page it
+    continues onto (Paged.js passed over Pygments' whitespace-only text there: "x=1")."""
+    spaced = " ".join(_pdf_text().split())
+    squashed = _squash(_pdf_text())
+    checked, lost = 0, []
+    for path in _toc_files():
+        for cell in _cells(path):
+            if cell["type"] != "code":
+                continue
+            for line in cell["source"].splitlines():
+                # an assignment as ruff formats it, ASCII only (extraction keeps it whole)
+                if not (line.isascii() and re.match(r"\s*[A-Za-z_]\w* = \S", line)):
+                    continue
+                words = " ".join(line.split())[:40]
+                if _squash(words) not in squashed:
+                    continue  # a cell the book does not print (remove-input)
+                checked += 1
+                if words not in spaced:
+                    lost.append(f"{path.stem}: {words!r}")
+    assert checked > 500, f"only {checked} printed assignments found"
+    assert not lost, f"{len(lost)} code lines printed without their spaces: {lost[:5]}"
+
+
 def test_no_web_interface_is_printed() -> None:
     text = _pdf_text()
     printed = {word: text.count(word) for word in CHROME if word in text}
