@@ -19,9 +19,9 @@ places back: the answer is defined at any length, and it can only be found by po
 :func:`train` is the plain training loop, one model at a time. :func:`train_batched`
 trains several models of one configuration (one per seed, each at its own number of
 steps if asked) as a single batched model with :func:`torch.func.stack_module_state` and
-:func:`torch.vmap`: the same updates, computed together. :func:`accuracy` scores a trained model over every position of a batch;
-:func:`position_accuracy` position by position, so that positions inside and past the
-training length can be told apart.
+:func:`torch.vmap`: the same updates, computed together. :func:`accuracy` scores a
+trained model over every position of a batch; :func:`position_accuracy` position by
+position, so that positions inside and past the training length can be told apart.
 """
 
 from __future__ import annotations
