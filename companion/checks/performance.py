@@ -158,10 +158,10 @@ def check_tiled_attention_intensity(
     :math:`4L^2D` flops (:func:`companion.performance.attention_flops`, the two matrix
     products) over the bytes of reading :math:`Q` and writing the output once and reading
     :math:`K` and :math:`V` once per block of queries,
-    :math:`b\,(2LD + 2LD\lceil L/B \rceil)`. Named mistakes: "K and V read only once"
+    :math:`b\,(2LD + 2LD\lceil L/B_r \rceil)`. Named mistakes: "K and V read only once"
     (the tiles of scores are on chip, but K and V come back for every query block),
     "multiply-adds counted as one flop", "standard attention's traffic" (the scores
-    written and read), "no ceiling for a partial block" (``L / B`` or ``L // B``).
+    written and read), "no ceiling for a partial block" (``L / B_r`` or ``L // B_r``).
 
     Args:
         tiled_attention_intensity: a function of four ints returning flops per byte.
@@ -172,9 +172,9 @@ def check_tiled_attention_intensity(
     Raises:
         CheckError: naming the property that failed, the input, expected and got.
     """
-    # Block sizes B != 2D: with B = 2D standard attention's traffic, b (4LD + 2L^2), is
-    # exactly twice the tiled count and could not be told from "multiply-adds counted
-    # as one flop". L = 1000, B = 96 gives ceil 11, floor 10 and L / B = 10.4 apart.
+    # Block sizes B_r != 2D: with B_r = 2D standard attention's traffic, b (4LD + 2L^2),
+    # is exactly twice the tiled count and could not be told from "multiply-adds counted
+    # as one flop". L = 1000, B_r = 96 gives ceil 11, floor 10 and L / B_r = 10.4 apart.
     cases = (
         ("float32, blocks of 64", 4096, 64, 64, 4),
         ("bfloat16 halves the bytes", 4096, 128, 64, 2),
@@ -199,7 +199,7 @@ def check_tiled_attention_intensity(
             Mistake(
                 "K and V read only once",
                 "each block of queries streams all of K and V through the chip again: "
-                "count 2 L D elements per query block, ceil(L / B) blocks.",
+                "count 2 L D elements per query block, ceil(L / B_r) blocks.",
                 _f64(flops / moved(1)),
             ),
             Mistake(
@@ -224,7 +224,7 @@ def check_tiled_attention_intensity(
                     Mistake(
                         "no ceiling for a partial block",
                         "a last, partial block of queries still reads all of K and V: "
-                        f"use ceil(L / B) = {blocks} blocks, not {k_blocks:g}.",
+                        f"use ceil(L / B_r) = {blocks} blocks, not {k_blocks:g}.",
                         _f64(flops / moved(k_blocks)),
                     )
                 )
