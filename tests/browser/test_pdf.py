@@ -4,7 +4,7 @@ reads like a book.
 Read back with pypdf: every page of the table of contents appears by its title (chapters,
 notation, API, references), no formula is left as raw TeX (a TeX fragment may appear only
 inside code the book prints: a notebook cell or a companion source shown with
-literalinclude), the solutions are printed (each solution's code is in the text, not folded
+literalinclude), code split across pages keeps its spaces, the solutions are printed (each solution's code is in the text, not folded
 away) in a "Solutions" section at the end of their chapter, and no piece of the web page's
 interface is printed. As a book: no link points to a local file (``file://``), every
 internal link lands on a page of the PDF, the contents page gives every chapter with the
