@@ -812,9 +812,12 @@ def shown_width(fig: Figure) -> float:
     _validate.instance("fig", fig, Figure, "a matplotlib Figure")
     fig.draw_without_rendering()
     bbox = fig.get_tightbbox()  # the renderer savefig would use
+    return float(bbox.width) + 2.0 * _pad_inches()
+
+
+def _pad_inches() -> float:
     pad = matplotlib.rcParams["savefig.pad_inches"]
-    pad = 0.0 if pad == "layout" else float(pad)
-    return float(bbox.width) + 2.0 * pad
+    return 0.0 if pad == "layout" else float(pad)
 
 
 def readable(
@@ -830,9 +833,10 @@ def readable(
     labels, titles, legends, annotations) is raised to at least
     :math:`\text{min\_px} \cdot 72 w / \text{column\_px}` pt; larger texts are left as
     they are. A 7-inch figure needs 12.7 pt, a 5-inch one 9.1 pt: narrow figures keep
-    their proportions best. A text that grows past the edge widens the crop and so
-    shrinks every text a little: ``w`` is measured again until the sizes hold. Call it
-    once the figure is drawn. Only ``fig`` changes; no global setting does.
+    their proportions best. ``w`` is the larger of the crop and the whole figure plus its
+    padding, so that a ``tight_layout`` after this call (which spreads the axes to the
+    edges) keeps the floor; a text that grows past the edge widens the crop, so ``w`` is
+    measured again until the sizes hold. Call it once the figure is drawn. Only ``fig`` changes; no global setting does.
 
     Args:
         fig: the figure, fully drawn.
@@ -848,7 +852,10 @@ def readable(
     # texts that grow can widen the crop (a label past the edge), which shrinks them
     # again on the phone: measure, raise, and measure again until nothing changes
     for _ in range(5):
-        floor = min_px * 72.0 * shown_width(fig) / column_px  # draws: ticks exist
+        # at least the whole figure's width: a tight_layout after this call spreads the
+        # axes to the figure's edges, and the crop with them
+        width = max(shown_width(fig), fig.get_figwidth() + 2.0 * _pad_inches())
+        floor = min_px * 72.0 * width / column_px  # shown_width draws: ticks exist
         changed = False
         for ax in fig.axes:
             for axis in (ax.xaxis, ax.yaxis):
