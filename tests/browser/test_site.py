@@ -816,13 +816,6 @@ FIGURE_TEXT = """async () => {
 }"""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="9 of 29 figures under 9 px (14:38 build): ch03's five, ch04's two and one of "
-    "ch08's call fig.tight_layout() after plotting.readable(fig), which spreads the axes and "
-    "shrinks the text again (8.1-8.7 px); ch06's solution figure shows 336 px wide "
-    "(readable(fig, column_px=336)). The chapters' notebooks, not this test's files",
-)
 def test_figure_text_is_readable_on_a_phone(server: str, browser: object) -> None:
     """The smallest text of every figure, shown at a phone's width, is >= 9 CSS px."""
     small, figures = [], 0
