@@ -91,6 +91,8 @@ pdf: book
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@# every citation carries its text for JupyterLab (scripts/jupyterlab_citations.py)
+	$(PY) scripts/jupyterlab_citations.py --check
 
 strip-check: venv
 	$(BIN)/nbstripout --verify $(NOTEBOOKS)

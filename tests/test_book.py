@@ -182,6 +182,25 @@ def test_solution_blocks_are_dropdowns() -> None:
                 )
 
 
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_cross_references_carry_their_text_on_one_line(nb_path: Path) -> None:
+    """JupyterLab (jupyterlab-myst) cannot resolve a label in another notebook, so every
+    {ref}/{numref}/{doc} names its link text, and on one line: a title broken over a line
+    end is read as no title there and the bare label shows (Sphinx accepts both)."""
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    bad = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        for m in re.finditer(r"\{(?:ref|numref|doc)\}`([^`]*)`", source(cell)):
+            text = m.group(1)
+            if "<" not in text or "\n" in text:
+                bad.append(text.replace("\n", "\\n"))
+    assert not bad, (
+        f"{nb_path.name}: cross-references without one-line link text: {bad}"
+    )
+
+
 def test_every_module_has_a_test_file() -> None:
     """companion/topic.py <-> tests/test_topic.py. Private modules (a leading underscore) are
     engines of a public one and are tested through it (``_rope_fast`` by test_rope); the

@@ -330,13 +330,6 @@ def test_chapter_reads_as_the_book_in_jupyterlab(page, lab, chapter) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="left at 15:15: two {ref}s in ch04 whose link text is broken over two lines "
-    "({ref}`Notation\\n<ch-notation>`, {ref}`Performance and precision\\n"
-    "<ch-performance>`): jupyterlab-myst reads no title across the line break and shows "
-    "the bare label; every other chapter passes (ch04 owner)",
-)
 def test_cross_references_read_as_text(page, lab) -> None:
     bare = []
     for chapter in CHAPTERS:
