@@ -404,7 +404,13 @@ def expect_close(
     err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
     index = tuple(int(i) for i in torch.unravel_index(err.argmax(), err.shape))
     e, g = exp64[index].item(), got64[index].item()
-    digits = _digits(e, g)
+    # enough digits that the largest difference and the first one (where the previews
+    # start) both print apart
+    first = _first_difference(got64, exp64, atol, rtol)
+    digits = max(
+        _digits(e, g),
+        _digits(exp64.flatten()[first].item(), got64.flatten()[first].item()),
+    )
     for mistake in mistakes:
         wrong = as_tensor(mistake.output)
         m_atol = atol if mistake.atol is None else mistake.atol
@@ -412,7 +418,6 @@ def expect_close(
         if wrong is not None and _close(
             got64, wrong.detach().to("cpu", torch.float64), m_atol, m_rtol
         ):
-            first = _first_difference(got64, exp64, atol, rtol)
             start = first - 1 if first else 0
             raise CheckError(
                 check,
@@ -424,7 +429,6 @@ def expect_close(
                 mistake=mistake.name,
             )
     relative = f"{abs(g - e) / abs(e):.2g}" if e != 0 else "inf"
-    first = _first_difference(got64, exp64, atol, rtol)
     first_index = tuple(
         int(i) for i in torch.unravel_index(torch.tensor(first), err.shape)
     )

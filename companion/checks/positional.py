@@ -135,12 +135,12 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]
         ]
         if num_positions > 1000:
             # float32 angles are off by a few 1e-3 at pos = 2e4 and the exact error
-            # depends
-            # on the order of operations, so this mistake is recognized by its size.
+            # depends on the order of operations, so this mistake is recognized by its
+            # size.
             mistakes.append(
                 Mistake(
                     "angles computed in float32",
-                    "pos ω_i in float32 is off by up to about pos * 6e-8 radians "
+                    "pos ω_i in float32 is off by about pos ω_i * 1e-7 radians "
                     "(hundredths of a radian near pos = 1e6); form positions and "
                     "frequencies in float64, take sin/cos, then cast.",
                     reference,
@@ -324,8 +324,8 @@ def check_shift_recurrence(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
     "cos(a+b) with a plus sign".
 
     Args:
-        fn: a function ``fn(pe_pos, pe_k)`` with ``pe_pos`` of shape ``(N, D)`` and
-            ``pe_k`` of shape ``(D,)``, returning a tensor of shape ``(N, D)``.
+        fn: a function ``fn(pe_pos, pe_k)`` with ``pe_pos`` of shape ``(L, D)`` and
+            ``pe_k`` of shape ``(D,)``, returning a tensor of shape ``(L, D)``.
     """
     for k, dim in ((5, 8), (13, 16)):
         table = positional.sinusoidal_encoding(40, dim, dtype=torch.float64)

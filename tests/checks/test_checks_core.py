@@ -517,3 +517,28 @@ def test_a_batched_transpose_gets_a_named_hint() -> None:
 
     with pytest.warns(UserWarning), pytest.raises(CheckError, match=r"x\.mT"):
         checks.check_attention(k_dot_t)
+
+
+def test_previews_print_the_first_difference_apart() -> None:
+    """The previews start at the first entry that differs; with digits chosen only for
+    the largest difference they printed identical values there (ch01's float32 angles:
+    '-0.5842, -0.3976, ...' on both lines)."""
+    expected = torch.linspace(0.1234567, 2.0, 20, dtype=torch.float64)
+    got = expected.clone()
+    got[1] += 2e-6  # first difference: apart only from the 7th significant digit
+    got[15] += 1.0  # largest difference, past the preview's 6 values: apart at 4 digits
+    with pytest.raises(CheckError) as info:
+        expect_close(got, expected, check="c", prop="p", inputs={}, atol=1e-7, rtol=0)
+    assert info.value.expected != info.value.got, (info.value.expected, info.value.got)
+    with pytest.raises(CheckError) as named:
+        expect_close(
+            got,
+            expected,
+            check="c",
+            prop="p",
+            inputs={},
+            atol=1e-7,
+            rtol=0,
+            mistakes=[Mistake("m", "why", got, atol=1e-9, rtol=0)],
+        )
+    assert named.value.expected != named.value.got
