@@ -41,6 +41,7 @@ function bookInstallSearchFixes() {
       ".headerlink", "script", "style", ".bd-header-article", ".header-article",
       ".prev-next-area", ".bd-footer-article", "button", ".dropdown-menu",
       "details.above-input", ".cell_input", "nav",
+      ".d-none", // a citation's twin text for JupyterLab (scripts/jupyterlab_citations.py)
     ];
     for (const query of chrome) doc.querySelectorAll(query).forEach((el) => el.remove());
     doc.querySelectorAll(".math").forEach((el) => {
