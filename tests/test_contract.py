@@ -39,6 +39,8 @@ MODULES = [
     "norm",
     "model",
     "decoder",
+    "mla",
+    "modern",
     "performance",
     "kernels",
 ]
