@@ -40,6 +40,7 @@ port, sliding-window attention, RoPE types other than the five above
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -282,6 +283,37 @@ class DecoderBlock(nn.Module):
     Holds the parameters (separate ``q/k/v/o`` projections, the MLP's, two norms);
     :meth:`forward` is the math of the chapter's block in the open, for every family.
 
+    The interface :class:`Decoder` relies on (a subclass passed as
+    ``Decoder(spec, block=...)`` or ``Port(block=...)`` keeps it, e.g. the multi-head
+    latent attention of :mod:`companion.mla`):
+
+    * ``block(spec, layer)`` builds layer ``layer`` of ``spec``;
+    * ``forward(x, rope, mask, past) -> (y, present)`` and
+      ``attention(x, rope, mask, past) -> (out, present)``: ``x`` ``(B, L, E)``
+      (``attention`` gets it normalized), ``y``/``out`` ``(B, L, E)``;
+    * ``mlp(x) -> y``, position-wise, ``(B, L, E)`` both;
+    * ``check_past(past, batch) -> int``: validates this layer's cache as
+      :meth:`Decoder.decode` receives it (``TypeError``/``ValueError`` naming
+      ``past[layer]``) and returns how many tokens it has seen.
+
+    ``rope`` is ``None`` (no RoPE) or ``(cos, sin)``, each ``(B, L, R/2)`` in ``x``'s
+    dtype, ``R`` the spec's ``rotary_dim``: the table at each row's positions (rows of
+    a left-padded batch have their own positions), as
+    :func:`companion.rope.apply_rope` takes it.
+
+    ``mask`` is always a tensor: an *additive* float mask of ``x``'s dtype, shape
+    ``(B, 1, L, S)`` (one for all heads) or ``(B, H, L, S)`` (BLOOM: ALiBi's
+    :math:`-m_h (i - j)` added per head), where ``S`` is the number of keys this layer
+    attends to, its cached keys followed by the ``L`` new ones. Entry ``[b, :, i, j]``
+    is ``0`` (or the ALiBi bias) where query ``i`` of row ``b`` may see key ``j`` and
+    ``-inf`` where it may not: a later key, a padding key (``attention_mask`` 0), or a
+    key outside a sliding window. A query whose keys are all hidden (a padding query)
+    gets zeros from the softmax, not NaN.
+
+    ``past`` is ``None`` (nothing cached) or the tuple of tensors this block returned
+    as ``present`` on the previous call; :class:`DecoderBlock` caches ``(key, value)``,
+    each ``(B, H_kv, S, D)``, keys after RoPE.
+
     Args:
         spec: the architecture.
         layer: the layer's index, ``0 .. num_layers - 1`` (GPT-2 may scale the scores of
@@ -314,6 +346,7 @@ class DecoderBlock(nn.Module):
         )
         self.down_proj = nn.Linear(spec.intermediate_size, e, bias=spec.mlp_bias)
         self.spec = spec
+        self.layer = layer
         self.scale = spec.scales[layer]
 
     def attention(
@@ -343,14 +376,37 @@ class DecoderBlock(nn.Module):
         # to a longer query); heads are ordered so that head h uses key head h // G
         groups = s.num_heads // s.num_kv_heads
         q = q.reshape(B, s.num_kv_heads, groups * L, s.head_dim)  # (B, Hkv, G*L, D)
-        if mask is not None and groups > 1:
-            if mask.ndim == 3:  # ALiBi's bias per head (H, L, S)
-                mask = mask.reshape(s.num_kv_heads, groups * L, -1)  # (Hkv, G*L, S)
-            else:  # one causal mask (L, S) for each of the G stacked heads
-                mask = mask.repeat(groups, 1)  # (G*L, S)
+        if groups > 1:
+            if mask.shape[1] == 1:  # one mask (B, 1, L, S) for the G stacked heads
+                mask = mask.repeat(1, 1, groups, 1)  # (B, 1, G*L, S)
+            else:  # ALiBi's bias per head (B, H, L, S)
+                mask = mask.reshape(B, s.num_kv_heads, groups * L, -1)  # (B,Hkv,G*L,S)
         out = scaled_dot_product_attention(q, k, v, mask=mask, scale=self.scale)
         out = out.view(B, s.num_heads, L, s.head_dim).transpose(1, 2)  # (B, L, H, D)
         return self.o_proj(out.reshape(B, L, -1)), (k, v)
+
+    def check_past(self, past: object, batch: int) -> int:
+        """This layer's cache ``(key, value)`` checked; returns its length ``S``.
+
+        Each tensor ``(batch, H_kv, S, D)`` with the spec's ``num_kv_heads`` and
+        ``head_dim``, one ``S``, the block's dtype and device (``TypeError`` or
+        ``ValueError`` naming ``past[layer][j]``).
+        """
+        v, s, i = _validate, self.spec, self.layer
+        ref = self.q_proj.weight  # the model's dtype and device
+        pair = v.sequence(
+            f"past[{i}]", past, length=2, what=f"tensors (key, value of layer {i})"
+        )
+        for j, t in enumerate(pair):
+            name = f"past[{i}][{j}] ({('key', 'value')[j]} of layer {i})"
+            v.tensor(name, t, ndim=4, meaning="(B, H_kv, S, D)")
+            v.same_dtype(name, t, "the model", ref)
+            v.same_device(name, t, "the model", ref)
+            v.size(name, t, 0, batch, "B, input_ids' batch")
+            v.size(name, t, 1, s.num_kv_heads, "H_kv, num_kv_heads")
+            v.size(name, t, 3, s.head_dim, "D, head_dim")
+            v.size(name, t, 2, pair[0].shape[2], f"S, past[{i}][0]'s length")
+        return pair[0].shape[2]
 
     def mlp(self, x: Tensor) -> Tensor:
         """The position-wise MLP: gated (Llama) or plain (GPT-2, GPT-NeoX, BLOOM)."""
@@ -390,6 +446,8 @@ class Decoder(nn.Module):
 
     Args:
         spec: the architecture, as :func:`from_hf` reads it from a Hugging Face config.
+        block: the class of every layer, :class:`DecoderBlock` or a subclass keeping
+            its interface (see there); layer ``i`` is ``block(spec, i)``.
 
     Shape:
         input_ids: ``(B, L)``, token ids of any integer dtype (``uint8`` to ``int64``;
@@ -397,9 +455,12 @@ class Decoder(nn.Module):
         output: ``(B, L, V)`` logits, ``V`` the vocabulary size.
     """
 
-    def __init__(self, spec: DecoderSpec) -> None:
+    def __init__(
+        self, spec: DecoderSpec, block: type[DecoderBlock] = DecoderBlock
+    ) -> None:
         super().__init__()
         _validate.instance("spec", spec, DecoderSpec, "a DecoderSpec (use from_hf)")
+        _check_block_type("block", block)
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.position_embed = (
@@ -408,9 +469,7 @@ class Decoder(nn.Module):
             else None
         )
         self.embed_norm = _norm_factory(spec)() if spec.embedding_norm else None
-        self.blocks = nn.ModuleList(
-            DecoderBlock(spec, i) for i in range(spec.num_layers)
-        )
+        self.blocks = nn.ModuleList(block(spec, i) for i in range(spec.num_layers))
         self.final_norm = _norm_factory(spec)()
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         if spec.tied_embeddings:
@@ -435,39 +494,27 @@ class Decoder(nn.Module):
         return ids.long()  # any integer dtype (nn.Embedding takes int32 and int64)
 
     def _check_past(self, past: object, ids: Tensor) -> int:
-        """Every layer's cached key and value, before any computation; returns ``S``."""
+        """Every layer's cache, before any computation, each checked by its block
+        (:meth:`DecoderBlock.check_past`); returns the tokens seen, one for all."""
         if past is None:
             return 0
-        v, s = _validate, self.spec
-        ref = self.embed.weight  # the model's dtype and device
-        n = s.num_layers
-        pairs = v.sequence(
+        caches = _validate.sequence(
             "past",
             past,
-            length=n,
-            what="(key, value) pairs, one per layer (num_layers), as decode "
-            "returns them",
+            length=self.spec.num_layers,
+            what="layer caches, one per layer (num_layers), as decode returns them",
         )
-        first = None  # past[0][0]: its S is every layer's
-        for i, pair in enumerate(pairs):
-            pair = v.sequence(
-                f"past[{i}]",
-                pair,
-                length=2,
-                what=f"tensors (key, value of layer {i})",
-            )
-            for j, t in enumerate(pair):
-                name = f"past[{i}][{j}] ({('key', 'value')[j]} of layer {i})"
-                v.tensor(name, t, ndim=4, meaning="(B, H_kv, S, D)")
-                v.same_dtype(name, t, "the model", ref)
-                v.same_device(name, t, "the model", ref)
-                v.size(name, t, 0, ids.shape[0], "B, input_ids' batch")
-                v.size(name, t, 1, s.num_kv_heads, "H_kv, num_kv_heads")
-                v.size(name, t, 3, s.head_dim, "D, head_dim")
-                if first is None:
-                    first = t
-                v.size(name, t, 2, first.shape[2], "S, past[0][0]'s length")
-        return first.shape[2]
+        batch = ids.shape[0]
+        seen = [
+            blk.check_past(c, batch) for blk, c in zip(self.blocks, caches, strict=True)
+        ]
+        for i, n in enumerate(seen):
+            if n != seen[0]:
+                raise ValueError(
+                    f"past[{i}] must have seen as many tokens as past[0] ({seen[0]}), "
+                    f"got {n}"
+                )
+        return seen[0]
 
     def decode(
         self, input_ids: Tensor, past: tuple[tuple[Tensor, Tensor], ...] | None = None
@@ -507,13 +554,18 @@ class Decoder(nn.Module):
             x = x + self.position_embed(positions)  # GPT-2: a learned row per position
         if self.embed_norm is not None:
             x = self.embed_norm(x)  # BLOOM
-        rope, mask = None, None
-        if s.positions == "rope":
-            rope = _rope_table(s, positions, S, x.dtype)
+        B = ids.shape[0]
+        rope = None
+        if s.positions == "rope":  # (B, L, R/2) each
+            cos, sin = _rope_table(s, positions, S, x.dtype)
+            rope = (cos.expand(B, L, -1), sin.expand(B, L, -1))
         if s.positions == "alibi":  # -m_h (i - j), -inf after the query: (H, L, S)
-            mask = alibi_bias(s.num_heads, L, S, dtype=x.dtype, device=x.device)
-        elif L > 1:  # query i at position S - L + i sees keys j <= S - L + i: (L, S)
-            mask = causal_mask(L, S, alignment="bottom_right", device=x.device)
+            bias = alibi_bias(s.num_heads, L, S, dtype=x.dtype, device=x.device)
+            mask = bias.expand(B, -1, -1, -1)  # (B, H, L, S)
+        else:  # query i at position S - L + i sees keys j <= S - L + i: (L, S)
+            seen = causal_mask(L, S, alignment="bottom_right", device=x.device)
+            mask = torch.zeros(L, S, dtype=x.dtype, device=x.device)
+            mask = mask.masked_fill(~seen, float("-inf")).expand(B, 1, L, S)
         present = []
         for i, block in enumerate(self.blocks):
             x, kv = block(x, rope, mask, None if past is None else past[i])
@@ -576,17 +628,39 @@ class Port:
             conversions (transposes, fused projections split, tied embeddings kept).
         layers: where ``model`` keeps its list of decoder layers (``"model.layers"``):
             :func:`from_hf` refuses a model whose list is not ``num_layers`` long.
+        block: the class of every layer, :class:`DecoderBlock` or a subclass keeping
+            its interface (:func:`from_hf` builds ``Decoder(spec, block=block)``).
+        spec_type: :class:`DecoderSpec` or a subclass with more fields
+            (:func:`from_hf` builds ``spec_type(**spec(model))``).
     """
 
     spec: Callable[[nn.Module], dict[str, Any]]
     load: Callable[[Decoder, nn.Module], None]
     layers: str
+    block: type[DecoderBlock] = DecoderBlock
+    spec_type: type[DecoderSpec] = DecoderSpec
 
     def __post_init__(self) -> None:
         _validate.callable_("spec", self.spec)
         _validate.callable_("load", self.load)
         _validate.instance(
             "layers", self.layers, str, "the path of a layer list, e.g. 'model.layers'"
+        )
+        _check_block_type("block", self.block)
+        if not (
+            isinstance(self.spec_type, type) and issubclass(self.spec_type, DecoderSpec)
+        ):
+            raise TypeError(
+                "spec_type must be DecoderSpec or a subclass of it, got "
+                f"{_validate.describe(self.spec_type)}"
+            )
+
+
+def _check_block_type(name: str, block: object) -> None:
+    if not (isinstance(block, type) and issubclass(block, DecoderBlock)):
+        raise TypeError(
+            f"{name} must be DecoderBlock or a subclass of it (the class, not an "
+            f"instance), got {_validate.describe(block)}"
         )
 
 
@@ -602,6 +676,36 @@ PORTS: dict[str, Port] = {name: _port(f) for name, f in ARCHITECTURES.items()}
 """The Hugging Face classes :func:`from_hf` copies without being told how, each with
 its :class:`Port` (``LlamaForCausalLM``, ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``,
 ``BloomForCausalLM``); a subclass of one of them is read as that class."""
+
+
+def _other_ports() -> dict[str, Port]:
+    """The ports of :mod:`companion.mla` (imported here, late: it imports this
+    module), or none where that module is missing."""
+    try:
+        module = importlib.import_module("companion.mla")
+    except ModuleNotFoundError as error:
+        if error.name != "companion.mla":
+            raise
+        return {}
+    ports = getattr(module, "PORTS", None)
+    return ports if isinstance(ports, dict) else {}
+
+
+def _find_port(model: nn.Module) -> Port:
+    """``model``'s port: its class (or a base class) in :data:`PORTS`, else in
+    ``companion.mla.PORTS``."""
+    names = [cls.__name__ for cls in type(model).__mro__]
+    port = next((PORTS[n] for n in names if n in PORTS), None)
+    if port is None:
+        other = _other_ports()
+        port = next((other[n] for n in names if n in other), None)
+    if port is None:
+        known = [*PORTS, *(n for n in _other_ports() if n not in PORTS)]
+        raise ValueError(
+            f"model must be one of {', '.join(known)} (or come with a port), got "
+            f"{type(model).__name__} (unsupported architecture)"
+        )
+    return port
 
 
 @torch.no_grad()
@@ -647,17 +751,11 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
     """
     _validate.module("model", model)
     if port is None:
-        names = [cls.__name__ for cls in type(model).__mro__]
-        port = next((PORTS[n] for n in names if n in PORTS), None)
-        if port is None:
-            raise ValueError(
-                f"model must be one of {', '.join(PORTS)} (or come with a port), got "
-                f"{type(model).__name__} (unsupported architecture)"
-            )
+        port = _find_port(model)
     _validate.instance("port", port, Port, "a Port or None")
     fields = port.spec(model)
     _validate.instance("port.spec(model)", fields, dict, "a dict of DecoderSpec fields")
-    spec = DecoderSpec(**fields)
+    spec = port.spec_type(**fields)
     try:
         layers = model.get_submodule(port.layers)
     except AttributeError:
@@ -675,7 +773,7 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
             "list cut or grown after loading; set the config's count to copy those)"
         )
     weight = model.get_input_embeddings().weight
-    copy = Decoder(spec).to(device=weight.device, dtype=weight.dtype)
+    copy = Decoder(spec, block=port.block).to(device=weight.device, dtype=weight.dtype)
     port.load(copy, model)
     return copy.eval()
 

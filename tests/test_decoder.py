@@ -918,7 +918,7 @@ BAD_INPUTS = [
         "Decoder",
         lambda: _model().decode(_IDS, past={"layers": 2}),
         TypeError,
-        r"past must be a tuple or list of 2 \(key, value\) pairs, one per layer "
+        r"past must be a tuple or list of 2 layer caches, one per layer "
         r"\(num_layers\), as decode returns them, got a dict",
     ),
     (
@@ -933,7 +933,7 @@ BAD_INPUTS = [
         "Decoder",
         lambda: _model().decode(_IDS, past=_past()[:1]),
         ValueError,
-        r"past must hold 2 \(key, value\) pairs, one per layer \(num_layers\), as "
+        r"past must hold 2 layer caches, one per layer \(num_layers\), as "
         r"decode returns them, got 1",
     ),
     (
@@ -967,8 +967,23 @@ BAD_INPUTS = [
         "Decoder",
         lambda: _model().decode(_IDS, past=_past(1, 1, lambda t: t[:, :, :3])),
         ValueError,
-        r"past\[1\]\[1\] \(value of layer 1\) must have size 4 \(S, past\[0\]\[0\]'s "
+        r"past\[1\]\[1\] \(value of layer 1\) must have size 4 \(S, past\[1\]\[0\]'s "
         r"length\) in dimension 2, got shape \(1, 4, 3, 8\)",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(
+            _IDS, past=(_past()[0], tuple(t[:, :, :3] for t in _past()[1]))
+        ),
+        ValueError,
+        r"past\[1\] must have seen as many tokens as past\[0\] \(4\), got 3",
+    ),
+    (
+        "Decoder",
+        lambda: Decoder(_model().spec, block=nn.Linear),
+        TypeError,
+        r"block must be DecoderBlock or a subclass of it \(the class, not an "
+        r"instance\), got",
     ),
     (
         "Decoder",
@@ -1073,6 +1088,23 @@ BAD_INPUTS = [
         r"layers must be the path of a layer list, e.g. 'model.layers', got 3",
     ),
     (
+        "Port",
+        lambda: decoder.Port(
+            spec=_qwen2_spec, load=_qwen2_spec, layers="model.layers", block=object
+        ),
+        TypeError,
+        r"block must be DecoderBlock or a subclass of it \(the class, not an "
+        r"instance\), got",
+    ),
+    (
+        "Port",
+        lambda: decoder.Port(
+            spec=_qwen2_spec, load=_qwen2_spec, layers="m", spec_type=dict
+        ),
+        TypeError,
+        r"spec_type must be DecoderSpec or a subclass of it, got",
+    ),
+    (
         "from_hf",
         lambda: from_hf(_qwen2()),
         ValueError,
@@ -1141,3 +1173,40 @@ NO_BAD_INPUTS = {"PORTS": "a mapping of the built-in ports, read, not called"}
 def test_validation_table_covers_the_public_api() -> None:
     covered = {b[0].split(".")[0] for b in BAD_INPUTS} | set(NO_BAD_INPUTS)
     assert covered == set(decoder.__all__)
+
+
+class _CountingBlock(decoder.DecoderBlock):
+    """A block subclass: the same math, counting its calls."""
+
+    calls = 0
+
+    def attention(self, x, rope, mask, past):
+        type(self).calls += 1
+        return super().attention(x, rope, mask, past)
+
+
+def test_a_port_builds_its_own_block_class_and_companion_mla_is_looked_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+    import types
+
+    hf = build("llama")
+    port = dataclasses.replace(decoder.PORTS["LlamaForCausalLM"], block=_CountingBlock)
+    fake = types.ModuleType("companion.mla")
+
+    class Other(type(hf)):  # a class only companion.mla's table names
+        pass
+
+    fake.PORTS = {"Other": port}
+    monkeypatch.setitem(sys.modules, "companion.mla", fake)
+    monkeypatch.setattr(decoder, "PORTS", {})  # as if the built-in table lacked it
+    hf.__class__ = Other
+    copy = from_hf(hf)
+    assert all(type(b) is _CountingBlock for b in copy.blocks)
+    ids = tokens(1, 6)
+    with torch.no_grad():
+        got = copy(ids)
+        want = hf(ids).logits
+    assert _CountingBlock.calls == 2
+    assert (got - want).abs().max() < TOL
