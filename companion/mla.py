@@ -1,0 +1,633 @@
+r"""Multi-head latent attention (MLA) of DeepSeek-V2/V3, built on :mod:`companion.decoder`.
+
+MLA compresses what a layer caches. Each token :math:`x` is projected *down* to a latent
+:math:`c = \mathrm{RMSNorm}(x W_{DKV})` of ``kv_lora_rank`` numbers (:math:`r`, 512 in
+DeepSeek-V3), and every head's key and value are linear in it: head :math:`h` reads
+:math:`k^C_h = c\,W_{UK,h}` (``qk_nope_head_dim`` wide) and :math:`v_h = c\,W_{UV,h}`
+(``v_head_dim``), the up-projections stored together as ``kv_b_proj``. Only :math:`c`
+needs caching, not :math:`H` keys and values.
+
+**Why RoPE blocks the obvious trick.** Without positions the score of query
+:math:`q_h = x_m W_{Q,h}` and key :math:`k_h = c_n W_{UK,h}` is
+:math:`x_m W_{Q,h} W_{UK,h}^\top c_n^\top`: the product :math:`W_{Q,h}W_{UK,h}^\top` is one
+fixed matrix, so the key never has to be formed (the query is *absorbed* into the latent
+space, width :math:`r`). With RoPE on the keys the score is
+:math:`x_m W_{Q,h} R(m)^\top R(n)\,W_{UK,h}^\top c_n^\top` in the book's row convention,
+and :math:`R(m)^\top R(n) = R(n - m)` sits *between* :math:`W_{Q,h}` and
+:math:`W_{UK,h}^\top`: it depends on the pair of positions, so no single matrix absorbs
+it, and every cached latent would have to be up-projected and rotated again at each step.
+
+**Decoupled RoPE** fixes it by splitting each head's query and key in two: a *nope* part
+(``qk_nope_head_dim``) that carries no position, whose score
+:math:`q^C_h\,W_{UK,h}^{\top\!}` against :math:`c_n` is absorbable, and a small *rope* part
+(``qk_rope_head_dim``, 64) that carries RoPE. The rope key :math:`k^R_n = \mathrm{RoPE}_n(
+x_n W_{KR})` is **one head shared by all heads** (as in multi-query attention), rotated
+once and cached as it is. The score of head :math:`h` is the sum
+
+.. math::
+
+    s_{h,mn} = \bigl(q^C_{h,m} W_{UK,h}^\top\bigr)\cdot c_n
+             + \mathrm{RoPE}_m(q^R_{h,m}) \cdot k^R_n ,
+
+so the cache holds, per token and layer, only :math:`c_n` and :math:`k^R_n`:
+``kv_lora_rank + qk_rope_head_dim`` numbers (576 in DeepSeek-V3), against
+:math:`2 H D` for multi-head attention (:func:`cache_bytes_per_token`).
+
+Two inference paths compute the same outputs (:class:`MLABlock`):
+
+* **naive** (:meth:`MLABlock.attention_naive`, Hugging Face's order): up-project the whole
+  cache to per-head keys ``[k^C_h, k^R]`` and values, then ordinary attention;
+* **absorbed** (:meth:`MLABlock.attention_absorbed`, DeepSeek's reference ``absorb``
+  mode): :math:`W_{UK,h}` is multiplied into the query (:math:`q^C_h W_{UK,h}^\top`, width
+  :math:`r`), the query ``[q^C_h W_{UK,h}^\top, q^R_h]`` attends to the cached
+  ``[c, k^R]`` directly, the values are the latents :math:`c` themselves, and
+  :math:`W_{UV,h}` is applied to the weighted latent after the softmax (on the way into
+  the output projection :math:`W_O`). Attention is then multi-query attention with one
+  key head of width :math:`r + d_R` shared by all :math:`H` query heads.
+
+:data:`PORTS` holds the port :func:`companion.decoder.from_hf` finds for
+``DeepseekV3ForCausalLM``: :class:`MLASpec` for its config, :class:`MLABlock` for its
+layers, and the weight copy. Dense MLP layers are built; a config with
+mixture-of-experts layers (``first_k_dense_replace < num_hidden_layers``) is refused by
+name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from companion import _hf_weights, _validate
+from companion.attention import scaled_dot_product_attention
+from companion.decoder import Decoder, DecoderBlock, DecoderSpec, Port
+from companion.norm import RMSNorm
+from companion.rope import apply_rope, interleaved_to_half_permutation
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "PORTS",
+    "MLABlock",
+    "MLASpec",
+    "cache_bytes_per_token",
+    "mla_softmax_scale",
+    "use_absorbed",
+]
+
+MLA_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+"""The RoPE scaling types an MLA copy follows (Hugging Face's ``rope_type``)."""
+
+
+# ---- the spec ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MLASpec(DecoderSpec):
+    r"""A :class:`~companion.decoder.DecoderSpec` with the sizes of latent attention.
+
+    The inherited fields keep their meaning, with MLA's values: ``head_dim`` is the
+    width of a query/key head, ``qk_nope_head_dim + qk_rope_head_dim`` (192 in
+    DeepSeek-V3); ``rotary_dim`` is ``qk_rope_head_dim``; ``num_kv_heads`` equals
+    ``num_heads`` (every head has its own key and value, up-projected from one latent);
+    ``scales`` holds the softmax scale of each layer, :func:`mla_softmax_scale`.
+
+    Args (beyond DecoderSpec's):
+        q_lora_rank: ``None`` (one projection ``q_proj``) or the rank of the low-rank
+            query, ``q_a_proj`` (down) -> RMSNorm -> ``q_b_proj`` (up); 1536 in
+            DeepSeek-V3.
+        kv_lora_rank: :math:`r`, the width of the cached latent :math:`c` (512).
+        qk_rope_head_dim: :math:`d_R`, the width of the RoPE part of a query head and of
+            the one rope key shared by all heads (64); even.
+        qk_nope_head_dim: the width of the position-free part of a query/key head (128).
+        v_head_dim: the width of a value head (128).
+        rope_interleave: RoPE's pairs are ``(2i, 2i + 1)`` in the projections' output
+            (DeepSeek's layout, Hugging Face's ``rope_interleave=True``) rather than
+            ``(i, i + d_R/2)``.
+        latent_eps: the epsilon of the two latent RMSNorms (Hugging Face builds them with
+            its default ``1e-6``, not ``rms_norm_eps``).
+
+    Every field is checked when the record is made (``TypeError``/``ValueError`` naming
+    the field): positive sizes, an even ``qk_rope_head_dim``, ``head_dim`` and
+    ``rotary_dim`` consistent with the two parts, ``num_kv_heads == num_heads``, and the
+    choices MLA's block fixes (RoPE positions, RMSNorm, a gated MLP, serial residual).
+    """
+
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    rope_interleave: bool = False
+    latent_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_mla(self)
+
+
+def _check_mla(spec: MLASpec) -> None:
+    v = _validate
+
+    def put(name: str, value: object) -> None:  # the record is frozen
+        object.__setattr__(spec, name, value)
+
+    put("q_lora_rank", v.optional(v.positive_int, "q_lora_rank", spec.q_lora_rank))
+    for name in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
+        put(name, v.positive_int(name, getattr(spec, name)))
+    put(
+        "qk_rope_head_dim",
+        v.positive_int("qk_rope_head_dim", spec.qk_rope_head_dim, even=True),
+    )
+    put("rope_interleave", v.flag("rope_interleave", spec.rope_interleave))
+    put("latent_eps", v.positive_real("latent_eps", spec.latent_eps))
+    width = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+    fixed = {  # field -> (what MLA needs, why)
+        "head_dim": (width, "qk_nope_head_dim + qk_rope_head_dim"),
+        "rotary_dim": (spec.qk_rope_head_dim, "qk_rope_head_dim"),
+        "num_kv_heads": (spec.num_heads, "num_heads: one key/value per query head"),
+        "positions": ("rope", "MLA's decoupled RoPE"),
+        "norm": ("rms", "RMSNorm"),
+        "mlp": ("gated", "a gated MLP"),
+        "parallel_residual": (False, "a serial block"),
+        "residual_from_norm": (False, "the residual adds the block's input"),
+        "embedding_norm": (False, "no norm after the embedding"),
+    }
+    for name, (expected, why) in fixed.items():
+        got = getattr(spec, name)
+        if got != expected:
+            raise ValueError(
+                f"{name} must be {expected!r} in an MLASpec ({why}), got {got!r}"
+            )
+    v.choice("rope['rope_type']", spec.rope.get("rope_type"), MLA_ROPE_TYPES)
+
+
+def mla_softmax_scale(
+    qk_head_dim: int, rope_parameters: dict[str, Any] | None = None
+) -> float:
+    r"""The factor on MLA's scores, :math:`D^{-1/2}` times DeepSeek's YaRN
+    :math:`\mathrm{mscale}^2`.
+
+    Hugging Face (``yarn_apply_mscale``) and DeepSeek's reference: for a RoPE type other
+    than ``"default"`` whose parameters give a nonzero ``mscale_all_dim``, the scale
+    :math:`1/\sqrt{D}` (``D = qk_nope_head_dim + qk_rope_head_dim``) is multiplied by
+    :math:`m^2` with :math:`m = 0.1\,\mathrm{mscale\_all\_dim}\ln s + 1` for the factor
+    :math:`s > 1` (:math:`m = 1` for :math:`s \le 1`). Separately, YaRN's attention factor
+    multiplies cos and sin (so the *rope* part of each score, by its square): with
+    ``mscale`` and ``mscale_all_dim`` it is the ratio :math:`m(\mathrm{mscale}) /
+    m(\mathrm{mscale\_all\_dim})`, 1 in DeepSeek-V3 (both 1.0), whose whole YaRN
+    correction is therefore this scale, :math:`(0.1 \ln 40 + 1)^2 = 1.87`.
+
+    Args:
+        qk_head_dim: ``D``, the width of a query/key head; a positive int.
+        rope_parameters: ``None`` or Hugging Face's ``rope_parameters`` dict
+            (``rope_type``, ``factor``, ``mscale_all_dim``, ...).
+
+    Returns:
+        The scale, a float.
+    """
+    d = _validate.positive_int("qk_head_dim", qk_head_dim)
+    p = _validate.optional(
+        _validate.instance,
+        "rope_parameters",
+        rope_parameters,
+        cls=dict,
+        expected="a dict (Hugging Face's rope_parameters) or None",
+    )
+    scale = d**-0.5
+    p = p or {}
+    all_dim = p.get("mscale_all_dim") or 0
+    if p.get("rope_type", p.get("type", "default")) != "default" and all_dim:
+        s = _validate.positive_real("rope_parameters['factor']", p.get("factor"))
+        all_dim = _validate.positive_real("rope_parameters['mscale_all_dim']", all_dim)
+        m = 1.0 if s <= 1 else 0.1 * all_dim * math.log(s) + 1.0
+        scale *= m * m
+    return scale
+
+
+# ---- the block -----------------------------------------------------------------------
+
+
+class MLABlock(DecoderBlock):
+    r"""One DeepSeek-V3 decoder layer: :class:`~companion.decoder.DecoderBlock` with
+    multi-head latent attention.
+
+    Only the attention differs from the parent (its projections, :meth:`attention` and
+    the cache); the two RMSNorms, the serial pre-norm residual and the gated MLP are the
+    parent's. Projections, as Hugging Face names them: ``q_proj`` (``q_lora_rank``
+    ``None``) or ``q_a_proj`` -> ``q_a_layernorm`` -> ``q_b_proj``, each query head
+    ``[q^C_h, q^R_h]``; ``kv_a_proj_with_mqa`` gives ``[c, k^R]`` (the latent before its
+    norm and the one shared rope key), ``kv_a_layernorm`` normalizes :math:`c`,
+    ``kv_b_proj`` holds :math:`W_{UK,h}` and :math:`W_{UV,h}` for every head (rows
+    ``(H, qk_nope_head_dim + v_head_dim)``), ``o_proj`` maps ``H * v_head_dim`` back.
+
+    The cache of a layer (``past``/``present``) is a 1-tuple: one tensor
+    ``(B, S, kv_lora_rank + qk_rope_head_dim)`` whose first ``kv_lora_rank`` columns are
+    :math:`c` and last ``qk_rope_head_dim`` the rotated rope key :math:`k^R` (the layout of
+    DeepSeek's FlashMLA: the absorbed path reads it as the key and its first part as the
+    value). Rope parts are rotated in the half layout; with ``rope_interleave`` the
+    pairs ``(2i, 2i+1)`` are first permuted to ``(i, i + d_R/2)``
+    (:func:`companion.rope.interleaved_to_half_permutation`), as Hugging Face's
+    ``apply_rotary_pos_emb_interleave`` does, so the cache holds what Hugging Face's does.
+
+    :attr:`absorbed` chooses the path :meth:`attention` takes (``False``: naive, the
+    default; :func:`use_absorbed` sets it for a whole model).
+
+    Args:
+        spec: an :class:`MLASpec`.
+        layer: the layer's index.
+
+    Shape:
+        x: ``(B, L, E)``; output ``(B, L, E)`` and the cache ``((B, S, r + d_R),)``.
+    """
+
+    def __init__(self, spec: MLASpec, layer: int) -> None:
+        _validate.instance("spec", spec, MLASpec, "an MLASpec (use from_hf)")
+        super().__init__(spec, layer)
+        e, h, r = spec.hidden_size, spec.num_heads, spec.kv_lora_rank
+        dn, dr, dv = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+        del self.k_proj, self.v_proj  # the parent's per-head key/value projections
+        bias = spec.qkv_bias  # Hugging Face's attention_bias: the down-projections, o
+        if spec.q_lora_rank is None:
+            self.q_proj = nn.Linear(e, h * (dn + dr), bias=False)
+            self.q_a_proj = self.q_a_layernorm = self.q_b_proj = None
+        else:
+            self.q_proj = None
+            self.q_a_proj = nn.Linear(e, spec.q_lora_rank, bias=bias)
+            self.q_a_layernorm = RMSNorm(
+                spec.q_lora_rank, eps=spec.latent_eps, variant="llama"
+            )
+            self.q_b_proj = nn.Linear(spec.q_lora_rank, h * (dn + dr), bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(e, r + dr, bias=bias)
+        self.kv_a_layernorm = RMSNorm(r, eps=spec.latent_eps, variant="llama")
+        self.kv_b_proj = nn.Linear(r, h * (dn + dv), bias=False)
+        self.o_proj = nn.Linear(h * dv, e, bias=spec.out_bias)
+        self.absorbed = False
+
+    # -- the shared first half: queries and the new latents ---------------------------
+
+    def _queries_and_latents(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], past: tuple[Tensor] | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``q^C`` ``(B, H, L, dn)``, rotated ``q^R`` ``(B, H, L, dR)`` and the cache
+        ``(B, S, r + dR)`` with this call's tokens appended."""
+        s = self.spec
+        B, L, _ = x.shape
+        H, r = s.num_heads, s.kv_lora_rank
+        dn, dr = s.qk_nope_head_dim, s.qk_rope_head_dim
+        if self.q_proj is not None:
+            q = self.q_proj(x)
+        else:  # low-rank query: down, RMSNorm, up
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        q = q.view(B, L, H, dn + dr).transpose(1, 2)  # (B, H, L, dn + dR)
+        q_nope, q_rope = q.split((dn, dr), dim=-1)
+        c, k_rope = self.kv_a_proj_with_mqa(x).split((r, dr), dim=-1)  # (B, L, r|dR)
+        c = self.kv_a_layernorm(c)
+        if s.rope_interleave:  # pairs (2i, 2i+1) -> (i, i + dR/2), then half layout
+            perm = interleaved_to_half_permutation(dr).to(x.device)
+            q_rope, k_rope = q_rope[..., perm], k_rope[..., perm]
+        cos, sin = rope  # (B, L, dR/2): each row's positions
+        q_rope = apply_rope(q_rope, cos, sin)  # (B, H, L, dR)
+        k_rope = apply_rope(k_rope, cos, sin)  # (B, L, dR): one key for all heads
+        latent = torch.cat((c, k_rope), dim=-1)  # (B, L, r + dR)
+        if past is not None:
+            latent = torch.cat((past[0], latent), dim=1)  # (B, S, r + dR)
+        return q_nope, q_rope, latent
+
+    def _output(self, out: Tensor) -> Tensor:
+        B, H, L, dv = out.shape  # (B, H, L, dv) -> (B, L, H * dv) -> (B, L, E)
+        return self.o_proj(out.transpose(1, 2).reshape(B, L, H * dv))
+
+    def _up(self) -> tuple[Tensor, Tensor]:
+        """``W_UK`` ``(H, dn, r)`` and ``W_UV`` ``(H, dv, r)``: views of kv_b_proj."""
+        s = self.spec
+        w = self.kv_b_proj.weight.view(
+            s.num_heads, s.qk_nope_head_dim + s.v_head_dim, s.kv_lora_rank
+        )
+        return w[:, : s.qk_nope_head_dim], w[:, s.qk_nope_head_dim :]
+
+    # -- the two paths ---------------------------------------------------------------
+
+    def attention_naive(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor],
+        mask: Tensor,
+        past: tuple[Tensor] | None = None,
+    ) -> tuple[Tensor, tuple[Tensor]]:
+        r"""MLA by up-projecting the cache: per-head keys ``[c W_UK,h, k^R]`` and values
+        ``c W_UV,h`` for all ``S`` tokens, then ordinary attention (Hugging Face's
+        order of operations).
+
+        Args:
+            x: the normalized input ``(B, L, E)``.
+            rope: ``(cos, sin)``, each ``(B, L, qk_rope_head_dim / 2)``.
+            mask: additive float mask ``(B, 1, L, S)`` (see
+                :class:`~companion.decoder.DecoderBlock`).
+            past: ``None`` or this layer's cache ``((B, S - L, r + d_R),)``.
+
+        Returns:
+            ``(out, present)``: ``(B, L, E)`` and the cache ``((B, S, r + d_R),)``.
+        """
+        s = self.spec
+        q_nope, q_rope, latent = self._queries_and_latents(x, rope, past)
+        B, S, _ = latent.shape
+        H, r, dn = s.num_heads, s.kv_lora_rank, s.qk_nope_head_dim
+        kv = self.kv_b_proj(latent[..., :r]).view(B, S, H, dn + s.v_head_dim)
+        k_nope, v = kv.transpose(1, 2).split((dn, s.v_head_dim), dim=-1)  # (B, H, S, .)
+        k_rope = latent[:, None, :, r:].expand(B, H, S, s.qk_rope_head_dim)
+        q = torch.cat((q_nope, q_rope), dim=-1)  # (B, H, L, dn + dR)
+        k = torch.cat((k_nope, k_rope), dim=-1)  # (B, H, S, dn + dR)
+        out = scaled_dot_product_attention(q, k, v, mask=mask, scale=self.scale)
+        return self._output(out), (latent,)
+
+    def attention_absorbed(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor],
+        mask: Tensor,
+        past: tuple[Tensor] | None = None,
+    ) -> tuple[Tensor, tuple[Tensor]]:
+        r"""MLA on the latent cache directly: ``W_UK`` absorbed into the query,
+        ``W_UV`` applied after the softmax.
+
+        Head :math:`h`'s query becomes ``[q^C_h W_UK,h^T, q^R_h]`` (width
+        :math:`r + d_R`); all :math:`H` heads, stacked along the query axis, attend to the
+        cache ``[c, k^R]`` as one key head (multi-query attention, no key or value ever
+        formed per head) with the latents :math:`c` as values; the weighted latent of
+        head :math:`h` is then multiplied by :math:`W_{UV,h}^\top` and goes into
+        ``o_proj``. Same arguments, results and cache as :meth:`attention_naive`.
+        """
+        s = self.spec
+        q_nope, q_rope, latent = self._queries_and_latents(x, rope, past)
+        B, H, L, _ = q_nope.shape
+        r = s.kv_lora_rank
+        w_uk, w_uv = self._up()  # (H, dn, r), (H, dv, r)
+        q_latent = torch.einsum("bhld,hdr->bhlr", q_nope, w_uk)  # (B, H, L, r)
+        q = torch.cat((q_latent, q_rope), dim=-1)  # (B, H, L, r + dR)
+        q = q.reshape(B, 1, H * L, r + s.qk_rope_head_dim)  # heads stacked: row hL + i
+        if mask.shape[1] == 1:  # one (B, 1, L, S) mask for the H stacked heads
+            mask = mask.repeat(1, 1, H, 1)  # (B, 1, H*L, S)
+        else:  # a mask per head (B, H, L, S)
+            mask = mask.reshape(B, 1, H * L, -1)
+        key = latent[:, None]  # (B, 1, S, r + dR): the cache itself
+        value = latent[:, None, :, :r]  # (B, 1, S, r): the latents c
+        o = scaled_dot_product_attention(q, key, value, mask=mask, scale=self.scale)
+        o = o.view(B, H, L, r)  # each head's weighted latent
+        out = torch.einsum("bhlr,hvr->bhlv", o, w_uv)  # (B, H, L, dv)
+        return self._output(out), (latent,)
+
+    def attention(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        mask: Tensor | None,
+        past: tuple[Tensor] | None,
+    ) -> tuple[Tensor, tuple[Tensor]]:
+        """:meth:`attention_absorbed` if :attr:`absorbed`, else :meth:`attention_naive`."""
+        if self.absorbed:
+            return self.attention_absorbed(x, rope, mask, past)
+        return self.attention_naive(x, rope, mask, past)
+
+    def check_past(self, past: object, batch: int) -> int:
+        """This layer's cache checked; returns its length ``S``.
+
+        A 1-tuple holding one tensor ``(batch, S, kv_lora_rank + qk_rope_head_dim)`` of
+        the block's dtype and device (``TypeError``/``ValueError`` naming
+        ``past[layer]``).
+        """
+        v, s, i = _validate, self.spec, self.layer
+        ref = self.kv_b_proj.weight
+        cache = v.sequence(
+            f"past[{i}]",
+            past,
+            length=1,
+            what=f"tensor (the latent cache of layer {i}, as decode returns it)",
+        )
+        name = f"past[{i}][0] (latent cache of layer {i})"
+        t = v.tensor(name, cache[0], ndim=3, meaning="(B, S, r + d_R)")
+        v.same_dtype(name, t, "the model", ref)
+        v.same_device(name, t, "the model", ref)
+        v.size(name, t, 0, batch, "B, input_ids' batch")
+        width = s.kv_lora_rank + s.qk_rope_head_dim
+        v.size(name, t, 2, width, "kv_lora_rank + qk_rope_head_dim")
+        return t.shape[1]
+
+
+def use_absorbed(model: Decoder, absorbed: bool = True) -> Decoder:
+    """Switch every :class:`MLABlock` of ``model`` to the absorbed (or naive) path.
+
+    Args:
+        model: a :class:`~companion.decoder.Decoder` whose layers are
+            :class:`MLABlock` (``from_hf`` of a ``DeepseekV3ForCausalLM``).
+        absorbed: ``True`` for :meth:`MLABlock.attention_absorbed`, ``False`` for
+            :meth:`MLABlock.attention_naive`.
+
+    Returns:
+        ``model`` itself (changed in place); its cache is the same either way.
+    """
+    _validate.instance("model", model, Decoder, "a Decoder (from from_hf)")
+    absorbed = _validate.flag("absorbed", absorbed)
+    blocks = [b for b in model.blocks if isinstance(b, MLABlock)]
+    if not blocks:
+        raise ValueError(
+            "model must have MLABlock layers (a DeepSeek-V3 copy), got "
+            f"{type(model.blocks[0]).__name__} layers"
+        )
+    for block in blocks:
+        block.absorbed = absorbed
+    return model
+
+
+# ---- cache size ------------------------------------------------------------------------
+
+ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla")
+"""The cache layouts :func:`cache_bytes_per_token` sizes."""
+
+
+def cache_bytes_per_token(
+    config: object,
+    attention: str = "mla",
+    *,
+    num_kv_heads: int | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+) -> int:
+    r"""Bytes a KV cache holds per token, all layers, for MLA and its MHA/GQA/MQA
+    equivalents.
+
+    From the sizes of an MLA config (a Hugging Face ``DeepseekV3Config``, or any object
+    with its attribute names, or an :class:`MLASpec`), per layer:
+
+    ``"mla"``
+        ``kv_lora_rank + qk_rope_head_dim`` numbers: the latent and the shared rope key.
+    ``"mha"``
+        ``H * (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)``: every head's key
+        and value, the widths MLA's heads have (what the naive path up-projects).
+    ``"gqa"``
+        the same with ``num_kv_heads`` key/value heads (required, dividing ``H``).
+    ``"mqa"``
+        one key/value head.
+
+    times the number of layers and the bytes of ``dtype``. DeepSeek-V3 (61 layers, 128
+    heads, ``r = 512``, ``d_R = 64``, 128 + 64 + 128 wide heads) in bfloat16: 70 272
+    bytes per token with MLA against 4 997 120 for MHA.
+
+    Args:
+        config: the sizes, as above.
+        attention: one of :data:`ATTENTION_KINDS`.
+        num_kv_heads: for ``"gqa"`` only: the key/value heads, a positive divisor of
+            ``H``.
+        dtype: the cache's dtype (bfloat16, as served; float32 doubles it).
+
+    Returns:
+        Bytes per token, an int.
+    """
+    kind = _validate.choice("attention", attention, ATTENTION_KINDS)
+    dtype = _validate.dtype("dtype", dtype)
+    dims = _sizes(config)
+    width = dims["qk_nope_head_dim"] + dims["qk_rope_head_dim"] + dims["v_head_dim"]
+    if kind == "gqa":
+        groups = _validate.divisor(
+            "num_kv_heads", num_kv_heads, "num_heads", dims["num_heads"]
+        )
+    elif num_kv_heads is not None:
+        raise ValueError(
+            f"num_kv_heads must be None unless attention='gqa', got {num_kv_heads!r} "
+            f"with attention={kind!r}"
+        )
+    per_layer = {
+        "mla": dims["kv_lora_rank"] + dims["qk_rope_head_dim"],
+        "mha": dims["num_heads"] * width,
+        "gqa": (groups if kind == "gqa" else 0) * width,
+        "mqa": width,
+    }[kind]
+    size = torch.empty((), dtype=dtype).element_size()
+    return dims["num_layers"] * per_layer * size
+
+
+_CONFIG_NAMES = {  # the size -> (Hugging Face's attribute, MLASpec's)
+    "num_layers": ("num_hidden_layers", "num_layers"),
+    "num_heads": ("num_attention_heads", "num_heads"),
+    "kv_lora_rank": ("kv_lora_rank", "kv_lora_rank"),
+    "qk_rope_head_dim": ("qk_rope_head_dim", "qk_rope_head_dim"),
+    "qk_nope_head_dim": ("qk_nope_head_dim", "qk_nope_head_dim"),
+    "v_head_dim": ("v_head_dim", "v_head_dim"),
+}
+
+
+def _sizes(config: object) -> dict[str, int]:
+    if isinstance(config, dict):
+        raise TypeError(
+            "config must be a config object (DeepseekV3Config or MLASpec), got a dict; "
+            "pass types.SimpleNamespace(**d)"
+        )
+    dims = {}
+    for size, names in _CONFIG_NAMES.items():
+        value = next((getattr(config, n) for n in names if hasattr(config, n)), None)
+        if value is None:
+            raise ValueError(
+                f"config must give {names[0]} (an MLA config such as DeepseekV3Config "
+                f"or an MLASpec), got {type(config).__name__} without it"
+            )
+        dims[size] = _validate.positive_int(f"config.{names[0]}", value)
+    return dims
+
+
+# ---- reading DeepSeek-V3 from Hugging Face -------------------------------------------
+
+
+def _spec_deepseek_v3(model: nn.Module) -> dict[str, Any]:
+    c = model.config
+    n = c.num_hidden_layers
+    dense = c.first_k_dense_replace
+    if dense is not None and dense < n:
+        raise _hf_weights._unsupported(
+            f"DeepSeek-V3 mixture-of-experts layers (first_k_dense_replace={dense} < "
+            f"num_hidden_layers={n}: layers {dense}..{n - 1} are MoE; set "
+            f"first_k_dense_replace >= {n} for a dense copy)"
+        )
+    heads = c.num_attention_heads
+    if (c.num_key_value_heads or heads) != heads:
+        raise _hf_weights._unsupported(
+            f"num_key_value_heads={c.num_key_value_heads} != num_attention_heads="
+            f"{heads} in DeepSeek-V3 (Hugging Face's MLA repeats keys that already "
+            "have one head per query head)"
+        )
+    dr, dn = c.qk_rope_head_dim, c.qk_nope_head_dim
+    params = _hf_weights._rope_parameters(c, dr)  # YaRN's factor/attention factor
+    if params["rope_type"] not in MLA_ROPE_TYPES:
+        raise _hf_weights._unsupported(f"rope_type {params['rope_type']!r} in MLA")
+    if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise _hf_weights._unsupported(
+            f"partial_rotary_factor {params['partial_rotary_factor']} in DeepSeek-V3"
+        )
+    scale = mla_softmax_scale(dn + dr, params)
+    bias = bool(c.attention_bias)
+    return dict(
+        family="deepseek_v3",
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_layers=n,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=dn + dr,
+        intermediate_size=c.intermediate_size,
+        positions="rope",
+        norm="rms",
+        eps=float(c.rms_norm_eps),
+        mlp="gated",
+        activation=_hf_weights._activation(c.hidden_act),
+        parallel_residual=False,
+        tied_embeddings=_hf_weights._tied(model),
+        qkv_bias=bias,
+        out_bias=bias,
+        mlp_bias=False,
+        max_positions=c.max_position_embeddings,
+        rotary_dim=dr,
+        rope=params,
+        scales=(scale,) * n,
+        q_lora_rank=c.q_lora_rank,
+        kv_lora_rank=c.kv_lora_rank,
+        qk_rope_head_dim=dr,
+        qk_nope_head_dim=dn,
+        v_head_dim=c.v_head_dim,
+        rope_interleave=bool(c.rope_interleave),
+    )
+
+
+def _load_deepseek_v3(dst: Decoder, model: nn.Module) -> None:
+    """DeepSeek-V3's weights: every projection and norm copies as it is."""
+    copy = _hf_weights._copy
+    base = model.model
+    dst.embed.weight.copy_(base.embed_tokens.weight)
+    copy(dst.final_norm, base.norm.weight)
+    for block, layer in zip(dst.blocks, base.layers, strict=True):
+        a, m = layer.self_attn, layer.mlp
+        copy(block.norm1, layer.input_layernorm.weight)
+        copy(block.norm2, layer.post_attention_layernorm.weight)
+        names = ["kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj"]
+        names += ["q_proj"] if a.q_proj is not None else []
+        names += ["q_a_proj", "q_a_layernorm", "q_b_proj"] if a.q_proj is None else []
+        for name in names:
+            src = getattr(a, name)
+            copy(getattr(block, name), src.weight, getattr(src, "bias", None))
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            src = getattr(m, name)
+            copy(getattr(block, name), src.weight, src.bias)
+    _hf_weights._output(dst, model)
+
+
+PORTS: dict[str, Port] = {
+    "DeepseekV3ForCausalLM": Port(
+        spec=_spec_deepseek_v3,
+        load=_load_deepseek_v3,
+        layers="model.layers",
+        block=MLABlock,
+        spec_type=MLASpec,
+    )
+}
+"""The Hugging Face classes :func:`companion.decoder.from_hf` copies with latent
+attention (it looks here when its own :data:`~companion.decoder.PORTS` lacks the class):
+``DeepseekV3ForCausalLM``, dense layers only."""
