@@ -284,11 +284,13 @@ def kv_cache_bytes(
     r"""Bytes of the key/value cache after ``length`` tokens of one sequence.
 
     Each layer stores a key and a value of ``num_kv_heads * head_dim`` numbers per
-    cached token: all ``length`` tokens for a global layer, at most ``W`` for a sliding
-    layer whose cache is a rolling buffer of the window:
+    cached token: all ``length`` tokens for a global layer; for a sliding layer of
+    window :math:`W` (query :math:`i` sees keys :math:`i - W + 1, \ldots, i`) a rolling
+    buffer of the last :math:`W - 1` tokens, since the next query brings its own key,
+    as Hugging Face's ``DynamicSlidingWindowLayer`` keeps (transformers 5.23):
 
     .. math::
-        \text{bytes} = \sum_l 2 \, H_{kv} D \, \min(\text{length}, W_l) \, b .
+        \text{bytes} = \sum_l 2 \, H_{kv} D \, \min(\text{length}, W_l - 1) \, b .
 
     Args:
         length: tokens seen so far, >= 0.
@@ -305,7 +307,7 @@ def kv_cache_bytes(
     heads = _validate.positive_int("num_kv_heads", num_kv_heads)
     width = _validate.positive_int("head_dim", head_dim)
     b = _validate.positive_int("bytes_per_element", bytes_per_element)
-    cached = sum(length if w is None else min(length, w) for w in ws)
+    cached = sum(length if w is None else min(length, w - 1) for w in ws)
     return 2 * heads * width * cached * b
 
 
@@ -456,8 +458,10 @@ class SinkCache:
 
 
 @torch.no_grad()
-def attention_maps(net: TinyTransformer, input_ids: torch.Tensor) -> torch.Tensor:
-    r"""The attention weights of every layer of a tiny model on ``input_ids``.
+def attention_maps(
+    net: TinyTransformer, input_ids: torch.Tensor, *, scores: bool = False
+) -> torch.Tensor:
+    r"""The attention weights (or scores) of every layer of a tiny model on ``input_ids``.
 
     Runs the model once, records the input of each attention layer, and recomputes its
     weights from the layer's own projections and position step: plain causal (no
@@ -468,13 +472,16 @@ def attention_maps(net: TinyTransformer, input_ids: torch.Tensor) -> torch.Tenso
         net: a :class:`~companion.model.TinyTransformer` (or
             :class:`ModernTinyTransformer`).
         input_ids: token ids.
+        scores: return the scaled (and, for soft-capping, capped) scores before the
+            softmax instead, ``-inf`` above the diagonal.
 
     Shape:
-        ``input_ids``: ``(B, L)``; output: ``(layers, B, H, L, L)``, rows summing to 1.
+        ``input_ids``: ``(B, L)``; output: ``(layers, B, H, L, L)``, rows summing to 1
+        (weights).
     """
-    from companion.attention import attention_weights
 
     _validate.module("net", net, TinyTransformer)
+    scores = _validate.flag("scores", scores)
     layers = [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
     for m in layers:
         if not (type(m) is CausalSelfAttention or isinstance(m, RotarySelfAttention)):
@@ -502,11 +509,11 @@ def attention_maps(net: TinyTransformer, input_ids: torch.Tensor) -> torch.Tenso
             )
             cos, sin = cos.to(q.device), sin.to(q.device)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        logits = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # (B, H, L, L)
         if isinstance(m, SoftcapSelfAttention):
-            scores = softcap(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, m.cap)
-            L = q.shape[-2]
-            allowed = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
-            maps.append(torch.softmax(scores.masked_fill(~allowed, -math.inf), -1))
-        else:
-            maps.append(attention_weights(q, k, is_causal=True))
+            logits = softcap(logits, m.cap)
+        L = q.shape[-2]
+        allowed = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+        logits = logits.masked_fill(~allowed, -math.inf)
+        maps.append(logits if scores else torch.softmax(logits, dim=-1))
     return torch.stack(maps)

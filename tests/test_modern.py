@@ -229,23 +229,30 @@ def test_receptive_field_matches_brute_force(windows: list[int | None]) -> None:
         assert reach == got
 
 
-def test_kv_cache_bytes_equals_the_tensors() -> None:
-    windows = [4, None, 4, 2]
-    for length in (0, 1, 3, 4, 9):
-        cache = [
-            (
-                torch.zeros(
-                    3, length if w is None else min(length, w), 16, dtype=torch.bfloat16
-                ),
-            )
-            * 2
-            for w in windows
-        ]
-        nbytes = sum(t.numel() * t.element_size() for kv in cache for t in kv)
-        got = modern.kv_cache_bytes(
-            length, windows=windows, num_kv_heads=3, head_dim=16
-        )
+def test_kv_cache_bytes_equals_hf_dynamic_cache() -> None:
+    """Hugging Face's cache for a local/global stack (DynamicSlidingWindowLayer keeps
+    the last W - 1 tokens), filled one token at a time: its tensors' bytes."""
+    from transformers import DynamicCache, Gemma2Config
+
+    config = Gemma2Config(
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=8,
+        hidden_size=16,
+        sliding_window=3,
+    )
+    windows = [3 if t == "sliding_attention" else None for t in config.layer_types]
+    assert windows == [3, None, 3, None]
+    cache = DynamicCache(config=config)
+    kv = torch.zeros(1, 2, 1, 8, dtype=torch.bfloat16)
+    for length in range(1, 8):
+        for layer in range(4):
+            cache.update(kv, kv, layer)
+        nbytes = sum(x.keys.nbytes + x.values.nbytes for x in cache.layers)
+        got = modern.kv_cache_bytes(length, windows=windows, num_kv_heads=2, head_dim=8)
         assert got == nbytes
+    assert modern.kv_cache_bytes(0, windows=windows, num_kv_heads=2, head_dim=8) == 0
 
 
 # ---- padding ---------------------------------------------------------------------------
