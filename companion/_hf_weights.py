@@ -28,11 +28,18 @@ ARCHITECTURES = {
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
     "BloomForCausalLM": "bloom",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Olmo2ForCausalLM": "olmo2",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",
+    "Phi3ForCausalLM": "phi3",
 }
 """The Hugging Face classes :func:`companion.decoder.from_hf` copies, and the family
 name each gets."""
 
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 """The RoPE scaling types (``rope_parameters["rope_type"]``) a copy follows."""
 
 # Hugging Face activation names -> the same function in torch
@@ -55,12 +62,22 @@ def _unsupported(what: str) -> ValueError:
     return ValueError(f"{what} is not supported by companion.decoder.from_hf")
 
 
-def _rope_parameters(config: Any, rotary_dim: int) -> dict[str, Any]:
-    params = dict(getattr(config, "rope_parameters", None) or {})
+def _rope_parameters(
+    config: Any, rotary_dim: int, params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    if params is None:
+        params = getattr(config, "rope_parameters", None)
+    params = dict(params or {})
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in ROPE_TYPES:
         raise _unsupported(f"rope_type {kind!r} (supported: {', '.join(ROPE_TYPES)})")
     params["rope_type"] = kind
+    if kind == "longrope" and getattr(config, "model_type", None) != "phi3":
+        # Phi-3's generate alone recomputes the cache when the long factors start
+        raise _unsupported(
+            f"rope_type 'longrope' in a {getattr(config, 'model_type', '?')} model "
+            "(followed in Phi-3 only)"
+        )
     if kind == "yarn":
         if params.get("factor") is None:  # DeepSeek's convention
             params["factor"] = (
@@ -77,19 +94,31 @@ def _rope_parameters(config: Any, rotary_dim: int) -> dict[str, Any]:
                 params["attention_factor"] = get(params["factor"], mscale) / get(
                     params["factor"], all_dim
                 )
+    if kind == "longrope":  # Phi-3: the training length may sit on the config
+        original = params.get("original_max_position_embeddings") or getattr(
+            config, "original_max_position_embeddings", None
+        )
+        params["original_max_position_embeddings"] = original
+        if params.get("factor") is None and original:  # Hugging Face's default
+            params["factor"] = config.max_position_embeddings / original
     if rotary_dim < 4 and kind == "dynamic":
         raise _unsupported(f"dynamic NTK with rotary_dim {rotary_dim} (needs >= 4)")
     return params
 
 
-def _check_common(config: Any) -> None:
-    if getattr(config, "sliding_window", None) is not None:
+def _check_common(config: Any, sliding: bool = False) -> None:
+    """What no family's copy follows; ``sliding``: the family reads sliding windows
+    (:func:`_layer_types`), the others refuse them."""
+    if not sliding and getattr(config, "sliding_window", None) is not None:
         raise _unsupported(
             f"sliding-window attention (sliding_window={config.sliding_window})"
         )
     layer_types = getattr(config, "layer_types", None)
-    if layer_types and any(t != "full_attention" for t in layer_types):
+    known = ("full_attention", "sliding_attention") if sliding else ("full_attention",)
+    if layer_types and any(t not in known for t in layer_types):
         raise _unsupported(f"layer_types {sorted(set(layer_types))}")
+    if getattr(config, "use_bidirectional_attention", False):
+        raise _unsupported("bidirectional attention (use_bidirectional_attention=True)")
     if getattr(config, "add_cross_attention", False):
         raise _unsupported("cross-attention (add_cross_attention=True)")
     if getattr(config, "is_encoder_decoder", False):
@@ -242,12 +271,99 @@ def _spec_bloom(model: nn.Module) -> dict[str, Any]:
     )
 
 
+def _layer_types(config: Any, every_layer: bool) -> tuple[int, tuple[str, ...]]:
+    """``(sliding_window, layer_types)``: Mistral and Phi-3 slide in every layer when
+    ``sliding_window`` is set (``every_layer``); Qwen2/3 and Gemma 2/3 name each
+    layer's kind in ``layer_types``."""
+    n, window = config.num_hidden_layers, getattr(config, "sliding_window", None)
+    if every_layer:
+        kind = "full_attention" if window is None else "sliding_attention"
+        types = (kind,) * n
+    else:
+        types = tuple(getattr(config, "layer_types", None) or ("full_attention",) * n)
+    if "sliding_attention" not in types:
+        return 0, types
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise _unsupported(f"sliding_window {window!r} with sliding layers")
+    return window, types
+
+
+def _spec_modern(model: nn.Module, family: str) -> dict[str, Any]:
+    """The families of 2024-2025: Llama's block with their differences."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    window, types = _layer_types(c, every_layer=family in ("mistral", "phi3"))
+    gemma = family in ("gemma2", "gemma3")
+    act = c.hidden_activation if gemma else c.hidden_act
+    bias = bool(getattr(c, "attention_bias", False))
+    rope, local = getattr(c, "rope_parameters", None) or {}, {}
+    if family == "gemma3":  # one set per layer type: the local base for sliding layers
+        rope, local = rope.get("full_attention"), rope.get("sliding_attention")
+    partial = float((rope or {}).get("partial_rotary_factor", 1.0) or 1.0)
+    rotary_dim = int(head_dim * partial)
+    if partial != 1.0 and family != "phi3":
+        raise _unsupported(f"partial_rotary_factor {partial} in a {family} model")
+    if rotary_dim < 2 or rotary_dim % 2:
+        raise _unsupported(
+            f"partial_rotary_factor {partial} (rotary dimension {rotary_dim} must be "
+            "even, >= 2)"
+        )
+    scale = head_dim**-0.5
+    if gemma:
+        scale = float(c.query_pre_attn_scalar) ** -0.5
+    fields = dict(
+        family=family,
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads,
+        num_kv_heads=c.num_key_value_heads or c.num_attention_heads,
+        head_dim=head_dim,
+        intermediate_size=c.intermediate_size,
+        positions="rope",
+        norm="rms",
+        eps=float(c.rms_norm_eps),
+        mlp="gated",
+        activation=_activation(act),
+        parallel_residual=False,
+        tied_embeddings=_tied(model),
+        qkv_bias=bias or family == "qwen2",  # Qwen2: q, k, v biases always
+        out_bias=bias and family != "qwen2",  # ... and never one on o_proj
+        mlp_bias=False,
+        max_positions=c.max_position_embeddings,
+        rotary_dim=rotary_dim,
+        rope=_rope_parameters(c, rotary_dim, rope),
+        scales=(scale,) * c.num_hidden_layers,
+        sliding_window=window,
+        layer_types=types,
+    )
+    if local:
+        fields["local_rope"] = _rope_parameters(c, rotary_dim, local)
+    if family == "qwen3":
+        fields["qk_norm"] = "head"
+    if family == "olmo2":
+        fields.update(qk_norm="projection", block_norms="post", rms_variant="torch")
+    if gemma:
+        fields.update(
+            rms_variant="gemma",
+            block_norms="sandwich",
+            embedding_scale=c.hidden_size**0.5,
+            attn_softcap=float(getattr(c, "attn_logit_softcapping", None) or 0.0),
+            final_softcap=float(getattr(c, "final_logit_softcapping", None) or 0.0),
+        )
+    if family == "gemma3":
+        fields["qk_norm"] = "head"
+    return fields
+
+
 _SPECS = {
     "llama": _spec_llama,
     "gpt2": _spec_gpt2,
     "gpt_neox": _spec_gpt_neox,
     "bloom": _spec_bloom,
 }
+SLIDING = ("mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
+"""The families whose sliding windows a copy follows (the others refuse them)."""
 
 
 LAYERS = {  # family -> where its list of decoder layers is
@@ -255,14 +371,17 @@ LAYERS = {  # family -> where its list of decoder layers is
     "gpt2": "transformer.h",
     "gpt_neox": "gpt_neox.layers",
     "bloom": "transformer.h",
+    **{f: "model.layers" for f in ARCHITECTURES.values() if f not in _SPECS},
 }
 
 
 def spec_fields(model: nn.Module, family: str) -> dict[str, Any]:
     """The :class:`~companion.decoder.DecoderSpec` fields of ``model`` (one of
     :data:`ARCHITECTURES`' families), after checking what every family shares."""
-    _check_common(model.config)
-    return _SPECS[family](model)
+    _check_common(model.config, sliding=family in SLIDING)
+    if family in _SPECS:
+        return _SPECS[family](model)
+    return _spec_modern(model, family)
 
 
 # ---- copying the weights -------------------------------------------------------------
@@ -310,18 +429,53 @@ def _output(dst: Decoder, model: nn.Module) -> None:
 
 
 def load_llama(dst: Decoder, model: nn.Module) -> None:
-    """Llama's weights: every projection copies as it is (``nn.Linear`` both sides)."""
-    base = model.model
-    dst.embed.weight.copy_(base.embed_tokens.weight)
-    dst.final_norm.weight.copy_(base.norm.weight)
+    """Llama's weights and those of the families built like it (Mistral, Qwen2/3,
+    OLMo 2, Gemma 2/3, Phi-3): every projection copies as it is (``nn.Linear`` both
+    sides), Phi-3's fused ``qkv_proj`` and ``gate_up_proj`` split by rows."""
+    base, s = model.model, dst.spec
+    _copy(dst.embed, base.embed_tokens.weight)
+    _copy(dst.final_norm, base.norm.weight)
+    norms = {  # the copy's norm -> Hugging Face's, by where it sits in the block
+        "pre": {"norm1": "input_layernorm", "norm2": "post_attention_layernorm"},
+        "post": {
+            "post_norm1": "post_attention_layernorm",
+            "post_norm2": "post_feedforward_layernorm",
+        },
+        "sandwich": {
+            "norm1": "input_layernorm",
+            "post_norm1": "post_attention_layernorm",
+            "norm2": "pre_feedforward_layernorm",
+            "post_norm2": "post_feedforward_layernorm",
+        },
+    }[s.block_norms]
+    q_rows, kv_rows = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
     for block, layer in zip(dst.blocks, base.layers, strict=True):
         a, m = layer.self_attn, layer.mlp
-        block.norm1.weight.copy_(layer.input_layernorm.weight)
-        block.norm2.weight.copy_(layer.post_attention_layernorm.weight)
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            _copy(getattr(block, name), getattr(a, name).weight, getattr(a, name).bias)
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            _copy(getattr(block, name), getattr(m, name).weight, getattr(m, name).bias)
+        for ours, theirs in norms.items():
+            _copy(getattr(block, ours), getattr(layer, theirs).weight)
+        if block.q_norm is not None:
+            _copy(block.q_norm, a.q_norm.weight)
+            _copy(block.k_norm, a.k_norm.weight)
+        if hasattr(a, "qkv_proj"):  # Phi-3: rows [q | k | v]
+            w, b = a.qkv_proj.weight, a.qkv_proj.bias
+            cuts = (0, q_rows, q_rows + kv_rows, q_rows + 2 * kv_rows)
+            for j, name in enumerate(("q_proj", "k_proj", "v_proj")):
+                sl = slice(cuts[j], cuts[j + 1])
+                _copy(getattr(block, name), w[sl], None if b is None else b[sl])
+            _copy(block.o_proj, a.o_proj.weight, a.o_proj.bias)
+        else:
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                proj = getattr(a, name)
+                _copy(getattr(block, name), proj.weight, proj.bias)
+        if hasattr(m, "gate_up_proj"):  # Phi-3: rows [gate | up]
+            gate, up = m.gate_up_proj.weight.chunk(2, dim=0)
+            _copy(block.gate_proj, gate)
+            _copy(block.up_proj, up)
+            _copy(block.down_proj, m.down_proj.weight, m.down_proj.bias)
+        else:
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                proj = getattr(m, name)
+                _copy(getattr(block, name), proj.weight, proj.bias)
     _output(dst, model)
 
 
@@ -393,4 +547,5 @@ LOADERS = {
     "gpt2": load_gpt2,
     "gpt_neox": load_fused,
     "bloom": load_fused,
+    **{f: load_llama for f in ARCHITECTURES.values() if f not in _SPECS},
 }

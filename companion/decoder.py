@@ -50,9 +50,14 @@ from torch import Tensor, nn
 
 from companion import _hf_weights, _validate
 from companion._hf_weights import ACTIVATIONS, ARCHITECTURES, ROPE_TYPES
-from companion.attention import causal_mask, scaled_dot_product_attention
+from companion.attention import (
+    _masked_softmax,
+    causal_mask,
+    scaled_dot_product_attention,
+)
 from companion.extension import (
     alibi_bias,
+    alibi_slopes,
     dynamic_ntk_frequencies,
     linear_scaling_frequencies,
     llama3_frequencies,
@@ -76,7 +81,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    """Everything that tells the four families apart, read from a Hugging Face config.
+    r"""Everything that tells the four families apart, read from a Hugging Face config.
 
     A record: :func:`from_hf` fills it in from ``model.config`` after checking that the
     copy implements every option; the chapter prints the four families' specs side by
@@ -86,6 +91,23 @@ class DecoderSpec:
     Face's ``rope_parameters`` (``rope_type``, ``rope_theta``, ``factor``, ...);
     ``rotary_dim`` is how many leading coordinates of each head RoPE turns; ``scales``
     is the score scale of each layer.
+
+    The newer families add: ``rms_variant`` (``"llama"``, ``"torch"`` as OLMo 2,
+    ``"gemma"``'s ``1 + w`` in float32, see :func:`companion.norm.rms_norm`);
+    ``block_norms``: ``"pre"`` (``x + f(norm(x))``), ``"post"`` (OLMo 2:
+    ``x + norm(f(x))``) or ``"sandwich"`` (Gemma 2/3: ``x + norm(f(norm(x)))``);
+    ``qk_norm``: RMSNorm on queries and keys before RoPE, over each head's ``head_dim``
+    (``"head"``: Qwen3, Gemma 3) or over the whole projection ``H * head_dim`` before
+    the heads are split (``"projection"``: OLMo 2); ``embedding_scale`` multiplies the
+    token embeddings (Gemma: :math:`\sqrt{E}` rounded to the model's dtype);
+    ``sliding_window`` and ``layer_types`` (one per layer, ``"full_attention"`` or
+    ``"sliding_attention"``; empty means all full): a sliding layer's query at slot
+    ``i`` sees key slots ``j`` with ``0 <= i - j < sliding_window`` (Hugging Face's
+    ``sliding_window_overlay``, slots counting padding) and caches only the last
+    ``sliding_window - 1`` keys; ``local_rope`` the RoPE parameters of sliding layers
+    (Gemma 3's local base), empty for ``rope``; ``attn_softcap`` and ``final_softcap``
+    (Gemma 2's soft-capping :func:`companion.modern.softcap` of the scores before the
+    mask and of the output logits; 0 for none).
 
     Every field is checked when the record is made, before a model is built
     (``TypeError``/``ValueError`` naming the field): positive sizes, ``num_kv_heads``
@@ -120,6 +142,17 @@ class DecoderSpec:
     # Hugging Face's rope_parameters: rope_type, rope_theta, factor, ...
     rope: dict[str, Any] = field(default_factory=dict)
     scales: tuple[float, ...] = ()  # score scale per layer (GPT-2 may change it)
+    rms_variant: str = "llama"  # companion.norm.rms_norm's variant for every RMSNorm
+    block_norms: str = "pre"  # "pre", "post" (OLMo 2) or "sandwich" (Gemma 2/3)
+    qk_norm: str = "none"  # "none", "head" (Qwen3, Gemma 3) or "projection" (OLMo 2)
+    embedding_scale: float = 1.0  # Gemma: token embeddings times sqrt(hidden_size)
+    sliding_window: int = 0  # keys a sliding layer sees, itself included (0: none)
+    layer_types: tuple[str, ...] = ()  # per layer: "full_attention" (default) or
+    # "sliding_attention"
+    local_rope: dict[str, Any] = field(default_factory=dict)  # sliding layers' RoPE
+    # parameters where they differ (Gemma 3's local base); empty: ``rope``
+    attn_softcap: float = 0.0  # Gemma 2: cap * tanh(score / cap) before the mask
+    final_softcap: float = 0.0  # Gemma 2: the same on the output logits
 
     def __post_init__(self) -> None:
         _check_spec(self)
@@ -131,6 +164,14 @@ NORMS = ("rms", "layer")
 """The norms a :class:`DecoderSpec` names (``norm``)."""
 MLPS = ("gated", "plain")
 """The MLP forms a :class:`DecoderSpec` names (``mlp``)."""
+RMS_VARIANTS = ("llama", "torch", "gemma")
+"""The RMSNorm variants a :class:`DecoderSpec` names (``rms_variant``)."""
+BLOCK_NORMS = ("pre", "post", "sandwich")
+"""Where a block's norms sit (``block_norms``)."""
+QK_NORMS = ("none", "head", "projection")
+"""The QK-norm forms (``qk_norm``)."""
+LAYER_TYPES = ("full_attention", "sliding_attention")
+"""The attention kinds of a layer (``layer_types``), Hugging Face's names."""
 
 
 def _check_spec(spec: DecoderSpec) -> None:
@@ -187,32 +228,100 @@ def _check_spec(spec: DecoderSpec) -> None:
     )
     if spec.positions == "learned":
         v.positive_int("max_positions", spec.max_positions)  # rows of the table
+    v.choice("rms_variant", spec.rms_variant, RMS_VARIANTS)
+    v.choice("block_norms", spec.block_norms, BLOCK_NORMS)
+    if spec.block_norms != "pre" and (
+        spec.parallel_residual or spec.residual_from_norm
+    ):
+        raise ValueError(
+            f"block_norms must be 'pre' with parallel_residual or residual_from_norm "
+            f"(GPT-NeoX's and BLOOM's pre-norm blocks), got {spec.block_norms!r}"
+        )
+    v.choice("qk_norm", spec.qk_norm, QK_NORMS)
+    if spec.qk_norm != "none" and spec.norm != "rms":
+        raise ValueError(
+            f"qk_norm must be 'none' with norm {spec.norm!r} (QK-norm is an RMSNorm "
+            f"of the model's rms_variant), got {spec.qk_norm!r}"
+        )
+    put("embedding_scale", v.positive_real("embedding_scale", spec.embedding_scale))
+    for name in ("attn_softcap", "final_softcap"):
+        put(name, v.real(name, getattr(spec, name), minimum=0.0))
+    put("sliding_window", v.nonnegative_int("sliding_window", spec.sliding_window))
+    types = v.sequence(
+        "layer_types",
+        spec.layer_types,
+        what="layer types (one per layer, num_layers, or none for all full)",
+    )
+    if not types:
+        types = ("full_attention",) * spec.num_layers
+    v.sequence(
+        "layer_types",
+        types,
+        length=spec.num_layers,
+        what="layer types (one per layer, num_layers, or none for all full)",
+    )
+    put(
+        "layer_types",
+        tuple(
+            v.choice(f"layer_types[{i}]", t, LAYER_TYPES) for i, t in enumerate(types)
+        ),
+    )
+    sliding = "sliding_attention" in spec.layer_types
+    if sliding != (spec.sliding_window > 0):
+        raise ValueError(
+            "sliding_window must be positive when a layer is 'sliding_attention' and 0 "
+            f"when none is, got {spec.sliding_window} with layer_types "
+            f"{sorted(set(spec.layer_types))}"
+        )
+    v.instance("local_rope", spec.local_rope, dict, "a dict (RoPE parameters)")
+    if spec.local_rope and spec.positions != "rope":
+        raise ValueError(
+            f"local_rope must be empty with positions {spec.positions!r}, got "
+            f"{spec.local_rope}"
+        )
     if spec.positions == "rope":
-        _check_rope(spec)
+        _check_rope(spec, "rope", spec.rope)
+        if spec.local_rope:
+            _check_rope(spec, "local_rope", spec.local_rope)
 
 
-def _check_rope(spec: DecoderSpec) -> None:
-    """The RoPE fields: ``rotary_dim`` and the ``rope`` parameters of its type."""
-    v, p = _validate, spec.rope
+def _check_rope(spec: DecoderSpec, field_name: str, p: dict[str, Any]) -> None:
+    """The RoPE fields: ``rotary_dim`` and the parameters ``p`` of their type."""
+    v = _validate
     v.integer(
         "rotary_dim", spec.rotary_dim, minimum=2, maximum=spec.head_dim, even=True
     )
-    kind = v.choice("rope['rope_type']", p.get("rope_type"), ROPE_TYPES)
-    v.positive_real("rope['rope_theta']", p.get("rope_theta"))
+    kind = v.choice(f"{field_name}['rope_type']", p.get("rope_type"), ROPE_TYPES)
+    v.positive_real(f"{field_name}['rope_theta']", p.get("rope_theta"))
     if kind != "default":
-        v.positive_real("rope['factor']", p.get("factor"))
-    if kind in ("yarn", "llama3"):
+        v.positive_real(f"{field_name}['factor']", p.get("factor"))
+    if kind in ("yarn", "llama3", "longrope"):
         v.positive_int(
-            "rope['original_max_position_embeddings']",
+            f"{field_name}['original_max_position_embeddings']",
             p.get("original_max_position_embeddings"),
         )
     if kind == "yarn":  # optional: Hugging Face's defaults when absent or None
         for key in ("beta_fast", "beta_slow", "attention_factor"):
-            v.optional(v.positive_real, f"rope['{key}']", p.get(key))
-        v.optional(v.flag, "rope['truncate']", p.get("truncate"))
+            v.optional(v.positive_real, f"{field_name}['{key}']", p.get(key))
+        v.optional(v.flag, f"{field_name}['truncate']", p.get("truncate"))
     if kind == "llama3":
-        v.positive_real("rope['low_freq_factor']", p.get("low_freq_factor"))
-        v.positive_real("rope['high_freq_factor']", p.get("high_freq_factor"))
+        for key in ("low_freq_factor", "high_freq_factor"):
+            v.positive_real(f"{field_name}['{key}']", p.get(key))
+    if kind == "longrope":
+        v.optional(
+            v.positive_real,
+            f"{field_name}['attention_factor']",
+            p.get("attention_factor"),
+        )
+        for key in ("short_factor", "long_factor"):
+            items = v.sequence(
+                f"{field_name}['{key}']",
+                p.get(key),
+                length=spec.rotary_dim // 2,
+                what="positive reals (one per pair, rotary_dim / 2)",
+            )
+            for i, x in enumerate(items):
+                v.positive_real(f"{field_name}['{key}'][{i}]", x)
     if kind == "dynamic":
         v.positive_int("max_positions", spec.max_positions)  # the original context
         v.integer("rotary_dim", spec.rotary_dim, minimum=4)
@@ -221,13 +330,20 @@ def _check_rope(spec: DecoderSpec) -> None:
 # ---- RoPE frequencies of every scaling type ------------------------------------------
 
 
-def _rope_table(spec: DecoderSpec, positions: Tensor, seq_len: int, dtype: torch.dtype):
-    """cos and sin ``(L, rotary_dim/2)`` at ``positions`` for the configured scaling.
+def _rope_table(
+    spec: DecoderSpec,
+    p: dict[str, Any],
+    positions: Tensor,
+    seq_len: int,
+    dtype: torch.dtype,
+):
+    """cos and sin ``(..., rotary_dim/2)`` at ``positions`` for the RoPE parameters
+    ``p`` (``spec.rope`` or ``spec.local_rope``).
 
-    ``seq_len`` is the length the sequence has reached (the last position + 1): dynamic
-    NTK recomputes its base from it, as Hugging Face's ``dynamic_rope_update`` does.
+    ``seq_len`` is the largest position + 1 (Hugging Face's ``max(position_ids) + 1``):
+    dynamic NTK recomputes its base from it and LongRoPE takes its long factors once it
+    passes ``original_max_position_embeddings``, as ``dynamic_rope_update`` does.
     """
-    p = spec.rope
     kind, base, dim = p["rope_type"], float(p["rope_theta"]), spec.rotary_dim
     scale = 1.0  # YaRN's attention factor multiplies cos and sin
     if kind == "default":
@@ -251,6 +367,19 @@ def _rope_table(spec: DecoderSpec, positions: Tensor, seq_len: int, dtype: torch
             beta_fast=float(p.get("beta_fast") or 32),
             beta_slow=float(p.get("beta_slow") or 1),
             truncate=bool(p.get("truncate", True)),
+            attention_factor=p.get("attention_factor"),
+        )
+    elif kind == "longrope":
+        from companion.relative import longrope_frequencies  # imports nothing here
+
+        freqs, scale = longrope_frequencies(
+            dim,
+            base=base,
+            short_factor=p["short_factor"],
+            long_factor=p["long_factor"],
+            factor=float(p["factor"]),
+            original_max_position_embeddings=int(p["original_max_position_embeddings"]),
+            seq_len=seq_len,
             attention_factor=p.get("attention_factor"),
         )
     else:  # "llama3"
@@ -332,12 +461,25 @@ class DecoderBlock(nn.Module):
         )
         e, h, kv, d = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
         norm = _norm_factory(spec)
-        self.norm1 = norm()
-        self.norm2 = norm()
+        pre, post = spec.block_norms != "post", spec.block_norms != "pre"
+        self.norm1 = norm() if pre else None  # before attention
+        self.norm2 = norm() if pre else None  # before the MLP
+        self.post_norm1 = norm() if post else None  # after attention (OLMo 2, Gemma)
+        self.post_norm2 = norm() if post else None  # after the MLP
         self.q_proj = nn.Linear(e, h * d, bias=spec.qkv_bias)
         self.k_proj = nn.Linear(e, kv * d, bias=spec.qkv_bias)
         self.v_proj = nn.Linear(e, kv * d, bias=spec.qkv_bias)
         self.o_proj = nn.Linear(h * d, e, bias=spec.out_bias)
+        # QK-norm: over each head's D (Qwen3, Gemma 3) or the whole projection (OLMo 2)
+        self.q_norm = self.k_norm = None
+        if spec.qk_norm == "head":
+            self.q_norm, self.k_norm = (
+                _norm_factory(spec, d)(),
+                _norm_factory(spec, d)(),
+            )
+        elif spec.qk_norm == "projection":
+            self.q_norm = _norm_factory(spec, h * d)()
+            self.k_norm = _norm_factory(spec, kv * d)()
         self.up_proj = nn.Linear(e, spec.intermediate_size, bias=spec.mlp_bias)
         self.gate_proj = (
             nn.Linear(e, spec.intermediate_size, bias=spec.mlp_bias)
@@ -348,27 +490,43 @@ class DecoderBlock(nn.Module):
         self.spec = spec
         self.layer = layer
         self.scale = spec.scales[layer]
+        sliding = spec.layer_types[layer] == "sliding_attention"
+        self.window = spec.sliding_window if sliding else 0  # 0: full attention
 
     def attention(
         self,
         x: Tensor,
         rope: tuple[Tensor, Tensor] | None,
-        mask: Tensor | None,
-        past: tuple[Tensor, Tensor] | None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """Attention of the normalized ``x`` ``(B, L, E)`` over the cache and itself."""
+        mask: Tensor,
+        past: tuple[Tensor, ...] | None,
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """Attention of the normalized ``x`` ``(B, L, E)`` over the cache and itself.
+
+        Returns the output ``(B, L, E)`` and the layer's new cache: ``(key, value)``
+        for a full layer; ``(key, value, seen)`` for a sliding one, holding only the
+        last ``sliding_window - 1`` keys and values and, in the 0-d int64 ``seen``, how
+        many tokens the layer has seen.
+        """
         s = self.spec
         B, L, _ = x.shape
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if s.qk_norm == "projection":  # OLMo 2: over H*D, before the heads are split
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(B, L, s.num_heads, s.head_dim)
+        k = k.view(B, L, s.num_kv_heads, s.head_dim)
+        if s.qk_norm == "head":  # Qwen3, Gemma 3: over each head's D
+            q, k = self.q_norm(q), self.k_norm(k)
         # (B, H, L, D) queries; (B, Hkv, L, D) keys and values
-        q = self.q_proj(x).view(B, L, s.num_heads, s.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, L, s.num_kv_heads, s.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, L, s.num_kv_heads, s.head_dim).transpose(1, 2)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = v.view(B, L, s.num_kv_heads, s.head_dim).transpose(1, 2)
         if rope is not None:  # rotate before caching: a cached key keeps its position
             q = _rotate(q, *rope, s.rotary_dim)
             k = _rotate(k, *rope, s.rotary_dim)  # (B, Hkv, L, D)
+        seen = L
         if past is not None:
             k = torch.cat((past[0], k), dim=2)  # (B, Hkv, S, D)
             v = torch.cat((past[1], v), dim=2)
+            seen += int(past[2]) if self.window else past[0].shape[2]
         # GQA/MQA: the G query heads that share a key/value head are stacked along the
         # query axis, so each key head is read once and never copied (HF 5.23's eager
         # path copies it G times with repeat_kv; its SDPA path passes enable_gqa=True,
@@ -381,32 +539,67 @@ class DecoderBlock(nn.Module):
                 mask = mask.repeat(1, 1, groups, 1)  # (B, 1, G*L, S)
             else:  # ALiBi's bias per head (B, H, L, S)
                 mask = mask.reshape(B, s.num_kv_heads, groups * L, -1)  # (B,Hkv,G*L,S)
-        out = scaled_dot_product_attention(q, k, v, mask=mask, scale=self.scale)
+        if s.attn_softcap:  # Gemma 2: cap the scores, then mask
+            out = _softcapped_attention(q, k, v, mask, self.scale, s.attn_softcap)
+        else:
+            out = scaled_dot_product_attention(q, k, v, mask=mask, scale=self.scale)
         out = out.view(B, s.num_heads, L, s.head_dim).transpose(1, 2)  # (B, L, H, D)
-        return self.o_proj(out.reshape(B, L, -1)), (k, v)
+        if self.window:  # a rolling cache: the keys the next query can still see
+            keep = self.window - 1
+            k, v = (
+                k[:, :, k.shape[2] - min(keep, k.shape[2]) :],
+                v[:, :, v.shape[2] - min(keep, v.shape[2]) :],
+            )
+            present = (k, v, torch.tensor(seen, device=k.device))
+        else:
+            present = (k, v)
+        return self.o_proj(out.reshape(B, L, -1)), present
 
     def check_past(self, past: object, batch: int) -> int:
-        """This layer's cache ``(key, value)`` checked; returns its length ``S``.
+        """This layer's cache checked; returns the tokens it has seen.
 
-        Each tensor ``(batch, H_kv, S, D)`` with the spec's ``num_kv_heads`` and
-        ``head_dim``, one ``S``, the block's dtype and device (``TypeError`` or
-        ``ValueError`` naming ``past[layer][j]``).
+        A full layer's ``(key, value)``: each ``(batch, H_kv, S, D)`` with the spec's
+        ``num_kv_heads`` and ``head_dim``, one ``S`` (the tokens seen), the block's
+        dtype and device. A sliding layer's ``(key, value, seen)``: the same with
+        ``S = min(seen, sliding_window - 1)`` and ``seen`` a 0-d integer tensor
+        (``TypeError`` or ``ValueError`` naming ``past[layer][j]``).
         """
         v, s, i = _validate, self.spec, self.layer
         ref = self.q_proj.weight  # the model's dtype and device
-        pair = v.sequence(
-            f"past[{i}]", past, length=2, what=f"tensors (key, value of layer {i})"
+        parts = ("key", "value", "seen") if self.window else ("key", "value")
+        what = (
+            ", ".join(parts[:-1]) + " and " + parts[-1]
+            if self.window
+            else ("key, value")
         )
-        for j, t in enumerate(pair):
-            name = f"past[{i}][{j}] ({('key', 'value')[j]} of layer {i})"
+        items = v.sequence(
+            f"past[{i}]",
+            past,
+            length=len(parts),
+            what=f"tensors ({what} of layer {i})",
+        )
+        for j, t in enumerate(items[:2]):
+            name = f"past[{i}][{j}] ({parts[j]} of layer {i})"
             v.tensor(name, t, ndim=4, meaning="(B, H_kv, S, D)")
             v.same_dtype(name, t, "the model", ref)
             v.same_device(name, t, "the model", ref)
             v.size(name, t, 0, batch, "B, input_ids' batch")
             v.size(name, t, 1, s.num_kv_heads, "H_kv, num_kv_heads")
             v.size(name, t, 3, s.head_dim, "D, head_dim")
-            v.size(name, t, 2, pair[0].shape[2], f"S, past[{i}][0]'s length")
-        return pair[0].shape[2]
+            v.size(name, t, 2, items[0].shape[2], f"S, past[{i}][0]'s length")
+        if not self.window:
+            return items[0].shape[2]
+        name = f"past[{i}][2] (seen of layer {i}, a sliding layer)"
+        seen = v.tensor(name, items[2], dtype="integer", ndim=0, meaning="()")
+        seen = int(seen)
+        kept = min(seen, self.window - 1)
+        if items[0].shape[2] != kept:
+            raise ValueError(
+                f"past[{i}][0] (key of layer {i}, a sliding layer of window "
+                f"{self.window}) must hold min(seen, window - 1) = {kept} keys for "
+                f"seen = {seen}, got {items[0].shape[2]}"
+            )
+        return seen
 
     def mlp(self, x: Tensor) -> Tensor:
         """The position-wise MLP: gated (Llama) or plain (GPT-2, GPT-NeoX, BLOOM)."""
@@ -419,10 +612,16 @@ class DecoderBlock(nn.Module):
         self,
         x: Tensor,
         rope: tuple[Tensor, Tensor] | None,
-        mask: Tensor | None,
-        past: tuple[Tensor, Tensor] | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """``x`` ``(B, L, E)`` -> ``(B, L, E)`` and this layer's keys and values."""
+        mask: Tensor,
+        past: tuple[Tensor, ...] | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """``x`` ``(B, L, E)`` -> ``(B, L, E)`` and this layer's cache."""
+        if self.spec.block_norms != "pre":  # OLMo 2 (post), Gemma 2/3 (sandwich)
+            h = x if self.norm1 is None else self.norm1(x)
+            attn, present = self.attention(h, rope, mask, past)
+            x = x + self.post_norm1(attn)
+            h = x if self.norm2 is None else self.norm2(x)
+            return x + self.post_norm2(self.mlp(h)), present
         h = self.norm1(x)
         attn, present = self.attention(h, rope, mask, past)
         if self.spec.parallel_residual:  # GPT-NeoX: both branches read x
@@ -432,10 +631,22 @@ class DecoderBlock(nn.Module):
         return (h if self.spec.residual_from_norm else x) + self.mlp(h), present
 
 
-def _norm_factory(spec: DecoderSpec):
+def _softcapped_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float, cap: float
+) -> Tensor:
+    """Gemma 2's attention: ``softmax(softcap(q k^T * scale) + mask) v``."""
+    from companion.modern import softcap  # the chapter's function; imported late
+
+    scores = softcap((q @ k.transpose(-2, -1)) * scale, cap) + mask  # (..., L, S)
+    weights = _masked_softmax(scores.float())  # a fully masked row: zeros, not NaN
+    return (weights @ v.float()).to(q.dtype)
+
+
+def _norm_factory(spec: DecoderSpec, size: int | None = None):
+    size = spec.hidden_size if size is None else size
     if spec.norm == "rms":  # Hugging Face's LlamaRMSNorm casts back before the gain
-        return lambda: RMSNorm(spec.hidden_size, eps=spec.eps, variant="llama")
-    return lambda: LayerNorm(spec.hidden_size, eps=spec.eps)
+        return lambda: RMSNorm(size, eps=spec.eps, variant=spec.rms_variant)
+    return lambda: LayerNorm(size, eps=spec.eps)
 
 
 class Decoder(nn.Module):
@@ -517,61 +728,129 @@ class Decoder(nn.Module):
         return seen[0]
 
     def decode(
-        self, input_ids: Tensor, past: tuple[tuple[Tensor, Tensor], ...] | None = None
-    ) -> tuple[Tensor, tuple[tuple[Tensor, Tensor], ...]]:
+        self,
+        input_ids: Tensor,
+        past: tuple[tuple[Tensor, ...], ...] | None = None,
+        attention_mask: Tensor | None = None,
+    ) -> tuple[Tensor, tuple[tuple[Tensor, ...], ...]]:
         """Logits of ``input_ids`` placed after the ``past`` tokens, and the new cache.
 
         With ``past=None`` this is the prefill (positions ``0 .. L-1``); with a cache of
         ``S`` tokens, the new tokens sit at positions ``S .. S+L-1`` and attend to the
         cached keys and to each other (causally).
 
+        With an ``attention_mask`` ``(B, S + L)`` (1 = token, 0 = padding, for the
+        cached *and* the new tokens, as Hugging Face's ``generate`` passes it), padding
+        keys are hidden from every query and each row's positions count only its own
+        tokens, as Hugging Face's ``generate`` derives them:
+        ``position_ids = cumsum(attention_mask) - 1``, 0 at padding (GPT-2's learned
+        table and RoPE read them; BLOOM's ALiBi uses the same positions, as its
+        ``build_alibi_tensor`` does). Left padding (a row's padding first) and right
+        padding both work here; :func:`generate` needs left padding. A padding query
+        sees no key and gets zeros from attention, not NaN; its logits mean nothing.
+
         Args:
             input_ids: the new token ids, of any integer dtype.
             past: ``None`` or the cache returned by the previous call, checked whole
-                before any computation: ``num_layers`` ``(key, value)`` pairs, each
-                tensor ``(B, H_kv, S, D)`` with ``input_ids``' ``B``, the spec's
-                ``num_kv_heads`` and ``head_dim``, one ``S`` for all, the model's
-                dtype and device (``TypeError``/``ValueError`` naming ``past[i][j]``).
+                before any computation, each layer's by its block
+                (:meth:`DecoderBlock.check_past`): a full layer's ``(key, value)``,
+                each ``(B, H_kv, S, D)`` with ``input_ids``' ``B``, the spec's
+                ``num_kv_heads`` and ``head_dim``, the model's dtype and device; a
+                sliding layer's ``(key, value, seen)`` with only the last
+                ``sliding_window - 1`` keys; one ``S`` (tokens seen) for all layers
+                (``TypeError``/``ValueError`` naming ``past[i][j]``).
+            attention_mask: ``None`` (no padding) or ``(B, S + L)`` of 0/1 (bool or
+                integer), every row with at least one token.
 
         Returns:
-            ``(logits, present)``: logits of the new tokens and the cache of all
-            ``S + L`` tokens.
+            ``(logits, present)``: logits of the new tokens and the cache after them.
 
         Shape:
             input_ids: ``(B, L)``.
-            past: per layer ``(key, value)``, each ``(B, Hkv, S, D)``.
+            past: per layer ``(key, value)``, each ``(B, Hkv, S, D)`` (a sliding layer:
+            at most ``sliding_window - 1`` keys, and ``seen``).
+            attention_mask: ``(B, S + L)``.
             logits: ``(B, L, V)``.
         """
         ids = _check_input_ids(input_ids)
         past_length = self._check_past(past, ids)
         ids = self._check_ids(ids, past_length)
+        B, L = ids.shape
+        S = past_length + L  # tokens after this call
+        pad = _check_attention_mask(attention_mask, B, S)  # (B, S) bool or None
+        if pad is None:
+            positions = torch.arange(past_length, S, device=ids.device).expand(B, L)
+        else:  # Hugging Face's generate: cumsum - 1, padding at 0
+            full = (pad.long().cumsum(-1) - 1).masked_fill(~pad, 0)  # (B, S)
+            positions = full[:, past_length:]  # (B, L)
         s = self.spec
-        L = ids.shape[1]
-        S = past_length + L  # keys after this call
-        positions = torch.arange(past_length, S, device=ids.device)  # (L,)
         x = self.embed(ids)  # (B, L, E)
+        if s.embedding_scale != 1.0:  # Gemma: sqrt(E) rounded to the dtype first
+            x = x * torch.tensor(s.embedding_scale, dtype=x.dtype)
         if self.position_embed is not None:
             x = x + self.position_embed(positions)  # GPT-2: a learned row per position
         if self.embed_norm is not None:
             x = self.embed_norm(x)  # BLOOM
-        B = ids.shape[0]
-        rope = None
-        if s.positions == "rope":  # (B, L, R/2) each
-            cos, sin = _rope_table(s, positions, S, x.dtype)
-            rope = (cos.expand(B, L, -1), sin.expand(B, L, -1))
-        if s.positions == "alibi":  # -m_h (i - j), -inf after the query: (H, L, S)
-            bias = alibi_bias(s.num_heads, L, S, dtype=x.dtype, device=x.device)
-            mask = bias.expand(B, -1, -1, -1)  # (B, H, L, S)
-        else:  # query i at position S - L + i sees keys j <= S - L + i: (L, S)
-            seen = causal_mask(L, S, alignment="bottom_right", device=x.device)
-            mask = torch.zeros(L, S, dtype=x.dtype, device=x.device)
-            mask = mask.masked_fill(~seen, float("-inf")).expand(B, 1, L, S)
+        seq_len = int(positions.max()) + 1  # Hugging Face's max(position_ids) + 1
+        ropes, masks = {}, {}
         present = []
         for i, block in enumerate(self.blocks):
-            x, kv = block(x, rope, mask, None if past is None else past[i])
-            present.append(kv)
+            kind = s.layer_types[i]
+            if kind not in masks:
+                window = s.sliding_window if kind == "sliding_attention" else 0
+                masks[kind] = self._mask(B, L, past_length, window, pad, x)
+                if s.positions == "rope":  # (B, L, R/2) each
+                    params = s.local_rope if window and s.local_rope else s.rope
+                    ropes[kind] = _rope_table(s, params, positions, seq_len, x.dtype)
+            cache = None if past is None else past[i]
+            x, layer_cache = block(x, ropes.get(kind), masks[kind], cache)
+            present.append(layer_cache)
         logits = self.lm_head(self.final_norm(x))  # (B, L, V)
+        if s.final_softcap:  # Gemma 2
+            from companion.modern import softcap  # the chapter's function
+
+            logits = softcap(logits, s.final_softcap)
         return logits, tuple(present)
+
+    def _mask(
+        self,
+        B: int,
+        L: int,
+        past_length: int,
+        window: int,
+        pad: Tensor | None,
+        x: Tensor,
+    ) -> Tensor:
+        """The additive mask ``(B, 1 or H, L, K + L)`` of a layer that keeps ``K`` keys
+        (all ``past_length``, or the last ``window - 1`` in a sliding layer).
+
+        Query ``i`` sits at slot ``q = past_length + i`` and sees key slot ``k`` when
+        ``k <= q``, ``q - k < window`` (sliding layers) and ``k`` is not padding;
+        BLOOM adds ALiBi's :math:`-m_h (p_q - p_k)` at the rows' positions ``p``.
+        """
+        s, device = self.spec, x.device
+        kept = min(past_length, window - 1) if window else past_length
+        S = past_length + L
+        q_slot = torch.arange(past_length, S, device=device)  # (L,)
+        k_slot = torch.arange(S - L - kept, S, device=device)  # (K + L,)
+        seen = causal_mask(L, kept + L, alignment="bottom_right", device=device)
+        if window:  # Hugging Face's sliding_window_overlay: k > q - window
+            seen = seen & (k_slot[None, :] > q_slot[:, None] - window)
+        seen = seen.expand(B, L, kept + L)
+        if pad is not None:
+            seen = seen & pad[:, None, S - L - kept :]  # padding keys hidden
+        zeros = torch.zeros((), dtype=x.dtype, device=device)
+        mask = zeros.masked_fill(~seen, float("-inf"))[:, None]  # (B, 1, L, K+L)
+        if s.positions != "alibi":
+            return mask
+        if pad is None:  # -m_h (i - j), -inf after the query: (H, L, S)
+            bias = alibi_bias(s.num_heads, L, S, dtype=x.dtype, device=device)
+            return bias.expand(B, -1, -1, -1)  # (B, H, L, S)
+        pos = (pad.long().cumsum(-1) - 1).masked_fill(~pad, 0)  # (B, S)
+        slopes = alibi_slopes(s.num_heads, dtype=torch.float32, device=device)
+        distance = (pos[:, S - L :, None] - pos[:, None, :]).float()  # (B, L, S)
+        bias = -slopes[None, :, None, None] * distance[:, None]  # (B, H, L, S)
+        return bias.to(x.dtype) + mask
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None
@@ -580,11 +859,11 @@ class Decoder(nn.Module):
 
         Args:
             input_ids: token ids.
-            attention_mask: ``None`` or all ones (Hugging Face's name); padding
-                (zeros) is not implemented and raises ``ValueError``.
+            attention_mask: ``None`` or ``(B, L)`` of 0/1 (Hugging Face's name): padding
+                positions (0) are hidden and each row's positions count its own tokens
+                (see :meth:`decode`).
         """
-        _check_attention_mask(attention_mask, _check_input_ids(input_ids))
-        return self.decode(input_ids)[0]
+        return self.decode(input_ids, attention_mask=attention_mask)[0]
 
 
 def _check_input_ids(input_ids: object) -> Tensor:
@@ -593,21 +872,35 @@ def _check_input_ids(input_ids: object) -> Tensor:
     )
 
 
-def _check_attention_mask(attention_mask: object, input_ids: object) -> None:
+def _check_attention_mask(attention_mask: object, batch: int, total: int):
+    """``None``, or the mask as a bool tensor ``(batch, total)``."""
     if attention_mask is None:
-        return
-    mask = _validate.tensor("attention_mask", attention_mask, dtype=None, ndim=2)
-    if isinstance(input_ids, Tensor) and mask.shape != input_ids.shape:
+        return None
+    mask = _validate.tensor(
+        "attention_mask",
+        attention_mask,
+        dtype=("integer", "bool"),
+        ndim=2,
+        meaning="(B, S + L)",
+    )
+    if tuple(mask.shape) != (batch, total):
         raise ValueError(
-            f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
-            f"got shape {tuple(mask.shape)}"
+            f"attention_mask must have shape ({batch}, {total}) (B, the cached plus "
+            f"the new tokens), got shape {tuple(mask.shape)}"
         )
-    if not bool((mask == 1).all()):
+    if not bool(((mask == 0) | (mask == 1)).all()):
         raise ValueError(
-            "attention_mask with padding (zeros) is not implemented: the copy attends "
-            "to every earlier token; pass unpadded sequences of equal length (all-ones "
-            "mask or None)"
+            "attention_mask must hold only 0 (padding) and 1 (token), got values "
+            f"{sorted({int(x) for x in mask.unique().tolist()})}"
         )
+    mask = mask.bool()
+    if not bool(mask.any(dim=1).all()):
+        rows = (~mask.any(dim=1)).nonzero().flatten().tolist()
+        raise ValueError(
+            f"attention_mask must give every row at least one token, got rows {rows} "
+            "all padding"
+        )
+    return mask
 
 
 @dataclass(frozen=True)
@@ -799,31 +1092,48 @@ def generate(
     whole sequence is run again for every token (the same tokens for every position
     scheme except dynamic NTK, whose frequencies depend on the length: there the cache
     keeps keys rotated with earlier frequencies, exactly as Hugging Face's cache does).
+    LongRoPE (Phi-3) is Hugging Face's too: when the sequence first grows past
+    ``original_max_position_embeddings`` the cache (rotated with the short factors) is
+    dropped and the whole sequence is run again with the long ones, as Phi-3's
+    ``prepare_inputs_for_generation`` does.
 
-    Same tokens as Hugging Face's ``model.generate(input_ids, max_new_tokens=n,
-    do_sample=False)`` when that does not stop early (``eos_token_id=None``): ties go to
-    the lowest token id (``argmax``) in both.
+    A batch of prompts of different lengths is *left*-padded with an
+    ``attention_mask`` (1 = token, 0 = padding, each row's zeros first): padding is
+    never attended to, each row's positions count its own tokens, and every new token
+    extends the mask with a 1, as Hugging Face's ``generate`` does.
+
+    Same tokens as Hugging Face's ``model.generate(input_ids, attention_mask=...,
+    max_new_tokens=n, do_sample=False)`` when that does not stop early
+    (``eos_token_id=None``): ties go to the lowest token id (``argmax``) in both.
 
     Args:
         model: a :class:`Decoder` from :func:`from_hf`.
-        input_ids: the prompts, all of the same length (no padding).
+        input_ids: the prompts, left-padded to one length.
         max_new_tokens: how many tokens to add; 0 returns the prompt.
         use_cache: keep keys and values between steps (``False``: recompute everything).
-        attention_mask: ``None`` or all ones; padding is not implemented
-            (``ValueError``).
+        attention_mask: ``None`` (no padding) or ``(B, L)`` of 0/1, bool or integer,
+            each row some zeros then ones (left padding; ``ValueError`` otherwise).
 
     Returns:
         The prompt followed by the new tokens, ``int64``.
 
     Shape:
         input_ids: ``(B, L)``.
+        attention_mask: ``(B, L)``.
         output: ``(B, L + max_new_tokens)``.
     """
     _validate.instance("model", model, Decoder, "a Decoder (from from_hf)")
     n = _validate.nonnegative_int("max_new_tokens", max_new_tokens)
     use_cache = _validate.flag("use_cache", use_cache)
     ids = model._check_ids(_check_input_ids(input_ids), 0)
-    _check_attention_mask(attention_mask, ids)
+    pad = _check_attention_mask(attention_mask, *ids.shape)
+    if pad is not None and bool((pad[:, 1:] < pad[:, :-1]).any()):
+        rows = (pad[:, 1:] < pad[:, :-1]).any(dim=1).nonzero().flatten().tolist()
+        raise ValueError(
+            "attention_mask must be left padding for generate (each row's zeros "
+            f"before its ones; new tokens follow the last column), got rows {rows} "
+            "with a zero after a one"
+        )
     spec = model.spec
     if spec.positions == "learned" and ids.shape[1] + n > spec.max_positions:
         raise ValueError(
@@ -834,15 +1144,26 @@ def generate(
     out = ids.long()
     if n == 0:
         return out
+    ones = torch.ones(out.shape[0], 1, dtype=torch.bool, device=out.device)
     if not use_cache:
         for _ in range(n):
-            nxt = model.decode(out)[0][:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+            logits = model.decode(out, attention_mask=pad)[0]
+            nxt = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
             out = torch.cat((out, nxt), dim=1)
+            pad = None if pad is None else torch.cat((pad, ones), dim=1)
         return out
-    logits, past = model.decode(out)  # prefill: the whole prompt once
+    switch = 0  # LongRoPE: the length at which Phi-3 recomputes the cache
+    if spec.positions == "rope" and spec.rope["rope_type"] == "longrope":
+        switch = int(spec.rope["original_max_position_embeddings"]) + 1
+    logits, past = model.decode(out, attention_mask=pad)  # prefill: the whole prompt
     for step in range(n):
         nxt = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
         out = torch.cat((out, nxt), dim=1)
-        if step + 1 < n:
-            logits, past = model.decode(nxt, past)  # one query at the next position
+        pad = None if pad is None else torch.cat((pad, ones), dim=1)
+        if step + 1 == n:
+            break
+        if out.shape[1] == switch:  # cached keys rotated with the short factors
+            logits, past = model.decode(out, attention_mask=pad)
+        else:  # one query at the next position
+            logits, past = model.decode(nxt, past, attention_mask=pad)
     return out

@@ -579,12 +579,19 @@ def test_a_port_copies_a_fifth_family() -> None:
         assert (no_bias(ids) - expected).abs().max() > 100 * TOL
 
 
-def test_the_built_in_ports_are_the_four_families() -> None:
+def test_the_built_in_ports_are_the_eleven_families() -> None:
     assert list(decoder.PORTS) == [
         "LlamaForCausalLM",
         "GPT2LMHeadModel",
         "GPTNeoXForCausalLM",
         "BloomForCausalLM",
+        "MistralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Olmo2ForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForCausalLM",
+        "Phi3ForCausalLM",
     ]
     hf = build("gpt2")  # the default port and the named one give the same copy
     ids = tokens(1, 8)
@@ -597,8 +604,8 @@ def test_the_built_in_ports_are_the_four_families() -> None:
 # ---- unsupported architectures and options -------------------------------------------
 
 
-def _mistral() -> nn.Module:
-    cfg = transformers.MistralConfig(
+def _stablelm() -> nn.Module:
+    cfg = transformers.StableLmConfig(
         vocab_size=VOCAB,
         hidden_size=32,
         intermediate_size=48,
@@ -607,7 +614,7 @@ def _mistral() -> nn.Module:
         num_key_value_heads=2,
         **IDS,
     )
-    return transformers.MistralForCausalLM(cfg)
+    return transformers.StableLmForCausalLM(cfg)
 
 
 def _with(name: str, **attrs: object) -> nn.Module:
@@ -626,14 +633,14 @@ def _longrope() -> nn.Module:
 
 
 UNSUPPORTED = [
-    (_mistral, r"got MistralForCausalLM \(unsupported architecture\)"),
+    (_stablelm, r"got StableLmForCausalLM \(unsupported architecture\)"),
     (
         lambda: _with("llama", sliding_window=8),
         r"sliding-window attention \(sliding_window=8\)",
     ),
     (
         _longrope,
-        r"rope_type 'longrope' \(supported: default, linear, dynamic, yarn, llama3\)",
+        r"rope_type 'longrope' in a llama model \(followed in Phi-3 only\)",
     ),
     (lambda: _with("gpt2", add_cross_attention=True), r"cross-attention"),
     (lambda: _with("llama", hidden_act="quick_gelu"), r"activation 'quick_gelu'"),
@@ -687,6 +694,15 @@ _SPEC = from_hf(build("llama-gqa")).spec  # 4 query heads, 2 key/value heads, D 
 def _spec(**changes: object) -> decoder.DecoderSpec:
     return dataclasses.replace(_SPEC, **changes)
 
+
+_LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 1e4,
+    "factor": 4.0,
+    "original_max_position_embeddings": 16,
+    "short_factor": [1.0] * 4,
+    "long_factor": [2.0] * 4,
+}
 
 # DecoderSpec: every field checked, naming it (changes to the llama-gqa spec)
 SPEC_CASES = [
@@ -758,10 +774,106 @@ SPEC_CASES = [
     (dict(rotary_dim=3), ValueError, r"rotary_dim must be an even int, got 3"),
     (dict(rotary_dim=0), ValueError, r"rotary_dim must be an even int >= 2, got 0"),
     (
-        dict(rope={"rope_type": "longrope", "rope_theta": 1e4}),
+        dict(rope={"rope_type": "su", "rope_theta": 1e4}),
         ValueError,
         r"rope\['rope_type'\] must be one of 'default', 'linear', 'dynamic', 'yarn', "
-        r"'llama3', got 'longrope'",
+        r"'llama3', 'longrope', got 'su'",
+    ),
+    (
+        dict(rope=_LONGROPE | {"short_factor": [1.0] * 3}),
+        ValueError,
+        r"rope\['short_factor'\] must hold 4 positive reals \(one per pair, "
+        r"rotary_dim / 2\), got 3",
+    ),
+    (
+        dict(rope=_LONGROPE | {"long_factor": [1.0, 2.0, 0.0, 1.0]}),
+        ValueError,
+        r"rope\['long_factor'\]\[2\] must be a real number > 0, got 0",
+    ),
+    (
+        dict(rope=_LONGROPE | {"attention_factor": -1.0}),
+        ValueError,
+        r"rope\['attention_factor'\] must be a real number > 0, got -1",
+    ),
+    (
+        dict(local_rope={"rope_type": "default"}),
+        TypeError,
+        r"local_rope\['rope_theta'\] must be a real number, got None",
+    ),
+    (dict(local_rope=[1]), TypeError, r"local_rope must be a dict \(RoPE parameters\)"),
+    (
+        dict(rms_variant="olmo"),
+        ValueError,
+        r"rms_variant must be one of 'llama', 'torch', 'gemma', got 'olmo'",
+    ),
+    (
+        dict(block_norms="peri"),
+        ValueError,
+        r"block_norms must be one of 'pre', 'post', 'sandwich', got 'peri'",
+    ),
+    (
+        dict(block_norms="post", parallel_residual=True),
+        ValueError,
+        r"block_norms must be 'pre' with parallel_residual or residual_from_norm",
+    ),
+    (
+        dict(qk_norm="layer"),
+        ValueError,
+        r"qk_norm must be one of 'none', 'head', 'projection', got 'layer'",
+    ),
+    (
+        dict(qk_norm="head", norm="layer"),
+        ValueError,
+        r"qk_norm must be 'none' with norm 'layer'",
+    ),
+    (
+        dict(embedding_scale=0.0),
+        ValueError,
+        r"embedding_scale must be a real number > 0, got 0",
+    ),
+    (
+        dict(attn_softcap=-1.0),
+        ValueError,
+        r"attn_softcap must be a real number >= 0, got -1",
+    ),
+    (
+        dict(final_softcap="30"),
+        TypeError,
+        r"final_softcap must be a real number, got '30'",
+    ),
+    (
+        dict(sliding_window=-1),
+        ValueError,
+        r"sliding_window must be an int >= 0, got -1",
+    ),
+    (
+        dict(layer_types=("full_attention",)),
+        ValueError,
+        r"layer_types must hold 2 layer types \(one per layer, num_layers, or none "
+        r"for all full\), got 1",
+    ),
+    (
+        dict(layer_types="full_attention"),
+        TypeError,
+        r"layer_types must be a tuple or list of layer types",
+    ),
+    (
+        dict(layer_types=("full_attention", "chunked_attention"), sliding_window=4),
+        ValueError,
+        r"layer_types\[1\] must be one of 'full_attention', 'sliding_attention', "
+        r"got 'chunked_attention'",
+    ),
+    (
+        dict(layer_types=("sliding_attention", "full_attention")),
+        ValueError,
+        r"sliding_window must be positive when a layer is 'sliding_attention' and 0 "
+        r"when none is, got 0",
+    ),
+    (
+        dict(sliding_window=4),
+        ValueError,
+        r"sliding_window must be positive when a layer is 'sliding_attention' and 0 "
+        r"when none is, got 4",
     ),
     (
         dict(rope={"rope_type": "default"}),
@@ -826,7 +938,6 @@ BAD_INPUTS = [
         ValueError,
         r"got Linear \(unsupported",
     ),
-    ("from_hf", lambda: from_hf(_mistral()), ValueError, r"Mistral"),
     (
         "generate",
         lambda: generate(build("gpt2"), _IDS, 3),
@@ -879,10 +990,17 @@ BAD_INPUTS = [
     (
         "generate",
         lambda: generate(
-            _model(), _IDS, 3, attention_mask=torch.tensor([[0, 1, 1, 1]])
+            _model(), _IDS, 3, attention_mask=torch.tensor([[1, 1, 1, 0]])
         ),
         ValueError,
-        r"attention_mask with padding \(zeros\) is not implemented",
+        r"attention_mask must be left padding for generate \(each row's zeros "
+        r"before its ones; new tokens follow the last column\), got rows \[0\]",
+    ),
+    (
+        "generate",
+        lambda: generate(_model(), tokens(2, 4), 3, attention_mask=torch.ones(2, 3)),
+        TypeError,
+        r"attention_mask must be",
     ),
     (
         "Decoder",
@@ -904,9 +1022,40 @@ BAD_INPUTS = [
     ),
     (
         "Decoder",
-        lambda: _model()(_IDS, attention_mask=torch.ones(1, 5)),
+        lambda: _model()(_IDS, attention_mask=torch.ones(1, 5, dtype=torch.long)),
         ValueError,
-        r"attention_mask must have input_ids' shape \(1, 4\), got shape \(1, 5\)",
+        r"attention_mask must have shape \(1, 4\) \(B, the cached plus the new "
+        r"tokens\), got shape \(1, 5\)",
+    ),
+    (
+        "Decoder",
+        lambda: _model()(_IDS, attention_mask=torch.ones(1, 4)),
+        TypeError,
+        r"attention_mask must be",
+    ),
+    (
+        "Decoder",
+        lambda: _model()(_IDS, attention_mask=torch.tensor([[0, 1, 2, 1]])),
+        ValueError,
+        r"attention_mask must hold only 0 \(padding\) and 1 \(token\), got values "
+        r"\[0, 1, 2\]",
+    ),
+    (
+        "Decoder",
+        lambda: _model()(
+            tokens(2, 4), attention_mask=torch.tensor([[0, 1, 1, 1], [0] * 4])
+        ),
+        ValueError,
+        r"attention_mask must give every row at least one token, got rows \[1\] "
+        r"all padding",
+    ),
+    (
+        "Decoder",
+        lambda: _model().decode(
+            _IDS[:, :1], _past(), attention_mask=torch.ones(1, 4, dtype=torch.long)
+        ),
+        ValueError,
+        r"attention_mask must have shape \(1, 5\)",
     ),
     (
         "Decoder",
@@ -1106,10 +1255,11 @@ BAD_INPUTS = [
     ),
     (
         "from_hf",
-        lambda: from_hf(_qwen2()),
+        lambda: from_hf(_stablelm()),
         ValueError,
         r"model must be one of LlamaForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, "
-        r"BloomForCausalLM \(or come with a port\), got Qwen2ForCausalLM",
+        r"BloomForCausalLM, MistralForCausalLM, .*Phi3ForCausalLM.* \(or come with a "
+        r"port\), got StableLmForCausalLM \(unsupported architecture\)",
     ),
     (
         "from_hf",
