@@ -1,4 +1,4 @@
-"""The attention chapter's claims (book/04_attention.ipynb), each against an oracle.
+"""The attention chapter's claims (book/05_attention.ipynb), each against an oracle.
 
 Which causal alignment empties rows, when nn.MultiheadAttention returns NaN for a fully
 masked row, the path lengths of Vaswani et al.'s Table 1, the crossover of the per-layer
