@@ -353,6 +353,12 @@ def _spec_modern(model: nn.Module, family: str) -> dict[str, Any]:
         )
     if family == "gemma3":
         fields["qk_norm"] = "head"
+        if getattr(c, "attn_logit_softcapping", None) is not None:
+            # Hugging Face 5.23's Gemma3Attention stores it and never applies it
+            raise _unsupported(
+                f"attn_logit_softcapping={c.attn_logit_softcapping} in a Gemma 3 model "
+                "(Hugging Face's Gemma3Attention does not apply it)"
+            )
     return fields
 
 

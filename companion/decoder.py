@@ -43,7 +43,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -68,10 +68,12 @@ from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
 
 __all__ = [
     "PORTS",
+    "CacheBytes",
     "Decoder",
     "DecoderBlock",
     "DecoderSpec",
     "Port",
+    "cache_bytes",
     "from_hf",
     "generate",
 ]
@@ -1069,6 +1071,67 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
     copy = Decoder(spec, block=port.block).to(device=weight.device, dtype=weight.dtype)
     port.load(copy, model)
     return copy.eval()
+
+
+# ---- what a cache holds --------------------------------------------------------------
+
+
+class CacheBytes(NamedTuple):
+    """What :func:`cache_bytes` measures on a cache."""
+
+    layers: tuple[int, ...]
+    """Bytes each layer's cache holds (its tensors with at least one axis)."""
+    tokens: int
+    """Tokens the cache has seen (in each sequence of the batch)."""
+    per_token: float
+    """``sum(layers) / (B * tokens)``: bytes per token of one sequence."""
+    full_per_token: float
+    """Bytes per token of the same model's cache with every layer full (no sliding
+    window): ``2 * num_layers * num_kv_heads * head_dim`` elements, measured on the
+    tensors of a full layer where the model has one."""
+
+
+def cache_bytes(model: Decoder, past: tuple[tuple[Tensor, ...], ...]) -> CacheBytes:
+    r"""Bytes a KV cache holds, measured on its tensors, against a full cache.
+
+    A sliding layer keeps at most ``sliding_window - 1`` keys and values, so its bytes
+    stop growing; a full layer's grow with every token. ``per_token`` is the cache's
+    bytes over the tokens seen, ``full_per_token`` what the model would hold per token
+    with every layer full (Mistral's, Gemma's savings are their ratio).
+
+    Args:
+        model: the :class:`Decoder` that made ``past``.
+        past: a cache as :meth:`Decoder.decode` returns it (checked as there).
+
+    Returns:
+        A :class:`CacheBytes`.
+    """
+    _validate.instance("model", model, Decoder, "a Decoder (from from_hf)")
+    caches = _validate.sequence(
+        "past", past, length=model.spec.num_layers, what="layer caches (num_layers)"
+    )
+    head = _validate.sequence("past[0]", caches[0], what="tensors")
+    key = _validate.tensor(
+        "past[0][0]", head[0] if head else None, ndim=4, meaning="(B, H_kv, S, D)"
+    )
+    batch = key.shape[0]
+    tokens = model._check_past(past, key.new_zeros(batch, 1, dtype=torch.long))
+    layers = tuple(
+        sum(t.numel() * t.element_size() for t in cache if t.ndim > 0)
+        for cache in caches
+    )
+    n = batch * max(tokens, 1)  # tokens of all sequences
+    full = [
+        cache
+        for cache, blk in zip(caches, model.blocks, strict=True)
+        if not getattr(blk, "window", 0)
+    ]
+    if full:  # measured: a full layer holds every token
+        per_layer = sum(t.numel() * t.element_size() for t in full[0] if t.ndim > 0) / n
+    else:  # every layer slides: a key and a value of every token, the cache's dtype
+        s = model.spec
+        per_layer = 2 * s.num_kv_heads * s.head_dim * key.element_size()
+    return CacheBytes(layers, tokens, sum(layers) / n, per_layer * len(layers))
 
 
 # ---- greedy decoding -----------------------------------------------------------------

@@ -1307,6 +1307,34 @@ BAD_INPUTS = [
 ] + [("DecoderSpec", lambda c=c: _spec(**c[0]), c[1], c[2]) for c in SPEC_CASES]
 
 
+BAD_INPUTS += [
+    (
+        "cache_bytes",
+        lambda: decoder.cache_bytes(nn.Linear(2, 2), _past()),
+        TypeError,
+        r"model must be a Decoder \(from from_hf\), got",
+    ),
+    (
+        "cache_bytes",
+        lambda: decoder.cache_bytes(_model(), _past()[:1]),
+        ValueError,
+        r"past must hold 2 layer caches \(num_layers\), got 1",
+    ),
+    (
+        "cache_bytes",
+        lambda: decoder.cache_bytes(_model(), ((None,), ())),
+        TypeError,
+        r"past\[0\]\[0\] must be a torch.Tensor, got None",
+    ),
+    (
+        "cache_bytes",
+        lambda: decoder.cache_bytes(_model(), _past(1, 1, lambda t: t[..., :4])),
+        ValueError,
+        r"past\[1\]\[1\] \(value of layer 1\) must have size 8 \(D, head_dim\)",
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("name", "thunk", "error", "match"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS]
 )
@@ -1317,7 +1345,10 @@ def test_bad_input_raises_a_clear_error(
         thunk()
 
 
-NO_BAD_INPUTS = {"PORTS": "a mapping of the built-in ports, read, not called"}
+NO_BAD_INPUTS = {
+    "PORTS": "a mapping of the built-in ports, read, not called",
+    "CacheBytes": "a result record that cache_bytes fills in",
+}
 
 
 def test_validation_table_covers_the_public_api() -> None:

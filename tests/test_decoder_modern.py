@@ -1,0 +1,428 @@
+"""companion.decoder's newer families, padded batches and sliding windows against
+Hugging Face transformers (the oracle), on small random configs (no download).
+
+Every family (the four of tests/test_decoder.py and Mistral, Qwen2, Qwen3, OLMo 2,
+Gemma 2, Gemma 3 text, Phi-3) is compared on a single prompt and on a left-padded
+batch of prompts of different lengths: logits within 1e-4 (float32) on the real tokens,
+and 20 greedy KV-cache tokens identical to Hugging Face's ``generate``. Sliding-window
+models run on sequences several windows long (window 5, prompts of 12, 32 tokens in
+all); Phi-3's LongRoPE on sequences past its original context (16), where the long
+factors start and the cache is recomputed.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("transformers")
+
+import transformers
+from test_decoder import IDS, NEW, PROMPT, TOL, VOCAB, randomize, tokens
+from test_decoder import VARIANTS as OLD
+
+from companion import decoder
+from companion.decoder import cache_bytes, from_hf, generate
+
+transformers.logging.set_verbosity_error()
+
+T = transformers
+WINDOW = 5
+L0 = 16  # Phi-3's original_max_position_embeddings here
+BASE = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    **IDS,
+)
+_GEMMA3_ROPE = {
+    "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+}
+_LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 10000.0,
+    "short_factor": [1.0, 1.1, 1.3, 1.5],
+    "long_factor": [1.0, 2.0, 4.0, 8.0],
+}
+
+
+def _cfg(cls, config, **kw):
+    return cls, config(**{**BASE, **kw})
+
+
+NEW_FAMILIES = {
+    "mistral": _cfg(T.MistralForCausalLM, T.MistralConfig, sliding_window=WINDOW),
+    "mistral-full": _cfg(T.MistralForCausalLM, T.MistralConfig, sliding_window=None),
+    "qwen2": _cfg(
+        T.Qwen2ForCausalLM,
+        T.Qwen2Config,
+        use_sliding_window=True,
+        sliding_window=WINDOW,
+        max_window_layers=1,  # layers 1 and 2 slide
+    ),
+    "qwen2-tied": _cfg(T.Qwen2ForCausalLM, T.Qwen2Config, tie_word_embeddings=True),
+    "qwen3": _cfg(
+        T.Qwen3ForCausalLM,
+        T.Qwen3Config,
+        head_dim=16,
+        use_sliding_window=True,
+        sliding_window=WINDOW,
+        max_window_layers=2,
+    ),
+    "qwen3-bias-mqa": _cfg(
+        T.Qwen3ForCausalLM,
+        T.Qwen3Config,
+        head_dim=8,
+        attention_bias=True,
+        num_key_value_heads=1,
+    ),
+    "olmo2": _cfg(T.Olmo2ForCausalLM, T.Olmo2Config),
+    "olmo2-bias": _cfg(T.Olmo2ForCausalLM, T.Olmo2Config, attention_bias=True),
+    "gemma2": _cfg(
+        T.Gemma2ForCausalLM,
+        T.Gemma2Config,
+        head_dim=16,
+        sliding_window=WINDOW,
+        query_pre_attn_scalar=12,
+        attn_logit_softcapping=5.0,  # small caps, so that both bite
+        final_logit_softcapping=4.0,
+    ),
+    "gemma2-no-softcap": _cfg(
+        T.Gemma2ForCausalLM,
+        T.Gemma2Config,
+        head_dim=16,
+        sliding_window=WINDOW,
+        query_pre_attn_scalar=16,
+        attn_logit_softcapping=None,
+        final_logit_softcapping=None,
+    ),
+    "gemma3": _cfg(
+        T.Gemma3ForCausalLM,
+        T.Gemma3TextConfig,
+        head_dim=16,
+        sliding_window=WINDOW,
+        query_pre_attn_scalar=12,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters=copy.deepcopy(_GEMMA3_ROPE),
+    ),
+    "gemma3-linear-final-softcap": _cfg(
+        T.Gemma3ForCausalLM,
+        T.Gemma3TextConfig,
+        head_dim=16,
+        sliding_window=WINDOW,
+        query_pre_attn_scalar=12,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        rope_parameters={
+            "full_attention": {
+                "rope_type": "linear",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+            },
+            "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+        },
+        final_logit_softcapping=4.0,
+        tie_word_embeddings=False,
+    ),
+    "phi3": _cfg(
+        T.Phi3ForCausalLM,
+        T.Phi3Config,
+        original_max_position_embeddings=L0,
+        rope_parameters=copy.deepcopy(_LONGROPE),
+    ),
+    "phi3-partial-window": _cfg(
+        T.Phi3ForCausalLM,
+        T.Phi3Config,
+        num_key_value_heads=4,
+        sliding_window=WINDOW,
+        partial_rotary_factor=0.5,
+    ),
+}
+# the four families of chapter "Real models", padded: one or two variants each
+OLD_FAMILIES = {
+    name: OLD[name]
+    for name in ("llama-gqa", "llama-dynamic", "gpt2", "neox", "bloom", "bloom-6-heads")
+}
+FAMILIES = {**OLD_FAMILIES, **NEW_FAMILIES}
+SLIDING = [
+    n
+    for n in NEW_FAMILIES
+    if "window" in n
+    or (
+        n.split("-")[0] in ("mistral", "qwen2", "qwen3", "gemma2", "gemma3")
+        and n not in ("mistral-full", "qwen2-tied", "qwen3-bias-mqa")
+    )
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def build(name: str, seed: int = 0) -> nn.Module:
+    cls, cfg = FAMILIES[name]
+    torch.manual_seed(seed)
+    return randomize(cls(copy.deepcopy(cfg)), seed)
+
+
+def left_padded(batch_lengths: list[int], n: int, seed: int = 1):
+    """Prompts of the given lengths, left-padded to ``n``: ids and the 0/1 mask."""
+    ids = tokens(len(batch_lengths), n, seed=seed)
+    mask = torch.zeros(len(batch_lengths), n, dtype=torch.long)
+    for row, length in enumerate(batch_lengths):
+        mask[row, n - length :] = 1
+        ids[row, : n - length] = IDS["pad_token_id"]
+    return ids, mask
+
+
+def hf_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Hugging Face generate's position_ids: cumsum - 1, 0 at padding."""
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
+
+def hf_logits(hf: nn.Module, ids, mask=None) -> torch.Tensor:
+    kw = {}
+    if mask is not None:
+        kw["attention_mask"] = mask
+        if "position_ids" in inspect.signature(hf.forward).parameters:  # not BLOOM
+            kw["position_ids"] = hf_positions(mask)
+    with torch.no_grad():
+        return hf(ids, **kw).logits
+
+
+def hf_generate(hf: nn.Module, ids, mask, new: int = NEW) -> torch.Tensor:
+    return hf.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=new,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=IDS["pad_token_id"],
+    )
+
+
+# ---- logits: one prompt and a left-padded batch --------------------------------------
+
+
+@pytest.mark.parametrize("name", list(NEW_FAMILIES))
+def test_logits_match_hugging_face(name: str) -> None:
+    hf = build(name)
+    ids = tokens(2, 24)  # 24 > L0 (Phi-3's long factors), almost 5 windows
+    expected = hf_logits(hf, ids)
+    got = from_hf(hf)(ids)
+    assert expected.abs().max() > 1.0
+    torch.testing.assert_close(got, expected, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_left_padded_batch_logits_match_on_the_real_tokens(name: str) -> None:
+    hf = build(name)
+    ids, mask = left_padded([14, 9, 3], 14)
+    expected = hf_logits(hf, ids, mask)
+    got = from_hf(hf)(ids, attention_mask=mask)
+    real = mask.bool()
+    assert torch.isfinite(got).all()  # padding queries see no key: zeros, not NaN
+    torch.testing.assert_close(got[real], expected[real], atol=TOL, rtol=0)
+    # each row equals that prompt alone, unpadded (positions count its own tokens)
+    alone = from_hf(hf)(ids[1:2, -9:])
+    torch.testing.assert_close(got[1, -9:], alone[0], atol=TOL, rtol=0)
+
+
+def test_right_padding_gives_the_same_logits_on_the_real_tokens() -> None:
+    hf = build("qwen3")
+    ids, mask = left_padded([12, 7], 12)
+    right_ids, right_mask = ids.clone(), mask.clone()
+    right_ids[1] = torch.cat((ids[1, -7:], ids[1, :-7]))
+    right_mask[1] = torch.cat((mask[1, -7:], mask[1, :-7]))
+    ours = from_hf(hf)
+    left = ours(ids, attention_mask=mask)
+    right = ours(right_ids, attention_mask=right_mask)
+    torch.testing.assert_close(right[1, :7], left[1, -7:], atol=TOL, rtol=0)
+    expected = hf_logits(hf, right_ids, right_mask)
+    torch.testing.assert_close(
+        right[right_mask.bool()], expected[right_mask.bool()], atol=TOL, rtol=0
+    )
+
+
+# ---- greedy decoding with the cache ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(NEW_FAMILIES))
+def test_greedy_tokens_of_one_prompt_match_hugging_face(name: str) -> None:
+    ids = tokens(1, PROMPT, seed=2)
+    expected = hf_generate(build(name), ids, torch.ones_like(ids))
+    got = generate(from_hf(build(name)), ids, NEW)
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_greedy_tokens_of_a_left_padded_batch_match_hugging_face(name: str) -> None:
+    ids, mask = left_padded([PROMPT, 7, 3], PROMPT, seed=3)
+    expected = hf_generate(build(name), ids, mask)
+    got = generate(from_hf(build(name)), ids, NEW, attention_mask=mask)
+    assert got.shape == (3, PROMPT + NEW)
+    assert torch.equal(got, expected)
+    # bool and int masks are the same mask
+    again = generate(from_hf(build(name)), ids, 3, attention_mask=mask.bool())
+    assert torch.equal(again, got[:, : PROMPT + 3])
+
+
+# ---- sliding windows: the convention and the rolling cache ---------------------------
+
+
+def test_sliding_layers_see_exactly_window_keys() -> None:
+    """Hugging Face: key j visible from query i iff 0 <= i - j < window."""
+    ours = from_hf(build("mistral"))
+    spec = ours.spec
+    mask = ours._mask(1, 9, 0, spec.sliding_window, None, torch.zeros(1))
+    seen = torch.isfinite(mask[0, 0])
+    i, j = torch.meshgrid(torch.arange(9), torch.arange(9), indexing="ij")
+    assert torch.equal(seen, (i - j >= 0) & (i - j < WINDOW))
+    assert int(seen.sum(1).max()) == WINDOW  # the query itself and WINDOW - 1 earlier
+
+
+@pytest.mark.parametrize("name", SLIDING)
+def test_rolling_cache_decodes_past_the_window_as_the_full_forward(name: str) -> None:
+    ours = from_hf(build(name))
+    ids = tokens(2, 23, seed=4)
+    full = ours(ids)
+    with torch.no_grad():
+        logits, past = ours.decode(ids[:, :11])  # prefill longer than the window
+        parts = [logits]
+        for start, stop in ((11, 12), (12, 15), (15, 23)):  # 1, 3, 8 tokens at once
+            logits, past = ours.decode(ids[:, start:stop], past)
+            parts.append(logits)
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=TOL, rtol=0)
+    for block, cache in zip(ours.blocks, past, strict=True):
+        if block.window:  # only the keys the next query can see
+            assert cache[0].shape[2] == WINDOW - 1 and int(cache[2]) == 23
+        else:
+            assert cache[0].shape[2] == 23
+
+
+def test_sliding_window_changes_the_logits_past_the_window() -> None:
+    hf = build("mistral")
+    wide = build("mistral-full")
+    wide.load_state_dict(hf.state_dict())
+    ids = tokens(1, 20)
+    gap = (from_hf(hf)(ids) - from_hf(wide)(ids)).abs()
+    assert gap[:, :WINDOW].max() < TOL  # the same while the window holds everything
+    assert gap[:, WINDOW:].max() > 100 * TOL
+
+
+def test_cache_bytes_per_token_sliding_against_full() -> None:
+    ours = from_hf(build("gemma3"))  # layers: sliding, full, sliding
+    spec = ours.spec
+    with torch.no_grad():
+        _, past = ours.decode(tokens(2, 40))
+    measured = cache_bytes(ours, past)
+    per_layer_token = 2 * spec.num_kv_heads * spec.head_dim * 4  # float32 K and V
+    assert measured.tokens == 40
+    assert measured.layers == (
+        2 * (WINDOW - 1) * per_layer_token,
+        2 * 40 * per_layer_token,
+        2 * (WINDOW - 1) * per_layer_token,
+    )
+    assert measured.full_per_token == 3 * per_layer_token
+    assert measured.per_token == pytest.approx(
+        (40 + 2 * (WINDOW - 1)) * per_layer_token / 40
+    )
+    # an all-sliding model: the full figure from the formula, the cache stops growing
+    mistral = from_hf(build("mistral"))
+    with torch.no_grad():
+        _, short = mistral.decode(tokens(1, 8))
+        _, long = mistral.decode(tokens(1, 30))
+    a, b = cache_bytes(mistral, short), cache_bytes(mistral, long)
+    assert a.layers == b.layers and a.full_per_token == b.full_per_token
+    assert b.per_token < a.per_token < a.full_per_token
+
+
+# ---- Phi-3's LongRoPE past the original context --------------------------------------
+
+
+def test_longrope_switches_to_the_long_factors_past_the_original_context() -> None:
+    hf = build("phi3")
+    ours = from_hf(hf)
+    short, long = tokens(1, L0), tokens(1, L0 + 1)
+    torch.testing.assert_close(ours(short), hf_logits(hf, short), atol=TOL, rtol=0)
+    torch.testing.assert_close(ours(long), hf_logits(hf, long), atol=TOL, rtol=0)
+    # one more token changes every earlier logit: the whole sequence uses one set
+    assert (ours(long)[:, :L0] - ours(long[:, :L0])).abs().max() > 100 * TOL
+
+
+def test_generate_recomputes_the_cache_when_longrope_switches() -> None:
+    ours = from_hf(build("phi3"))
+    ids = tokens(1, PROMPT, seed=2)
+    got = generate(ours, ids, NEW)  # 12 + 20 tokens: the switch at 17
+    with torch.no_grad():  # the cache of the first 16 tokens is rotated short ...
+        _, past = ours.decode(got[:, :L0])
+        stale, _ = ours.decode(got[:, L0 : L0 + 1], past)
+        fresh = ours(got[:, : L0 + 1])[:, -1:]  # ... generate reruns all 17 long
+    assert (stale - fresh).abs().max() > 100 * TOL
+    assert torch.equal(got, generate(ours, ids, NEW, use_cache=False))
+
+
+# ---- what each new option changes ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "value"),
+    [
+        ("gemma2", "attn_softcap", 0.0),
+        ("gemma2", "final_softcap", 0.0),
+        ("gemma2", "embedding_scale", 1.0),
+        ("gemma3", "local_rope", {}),
+        ("qwen3", "qk_norm", "none"),
+        ("olmo2", "rms_variant", "gemma"),
+    ],
+)
+def test_each_option_moves_the_logits(name: str, field: str, value) -> None:
+    """Each option read from the config matters: dropped, the logits move far."""
+    import dataclasses
+
+    ours = from_hf(build(name))
+    other = decoder.Decoder(dataclasses.replace(ours.spec, **{field: value}))
+    missing = other.load_state_dict(ours.state_dict(), strict=False)
+    assert not missing.unexpected_keys or field == "qk_norm"
+    ids = tokens(1, 20)
+    with torch.no_grad():
+        assert (ours(ids) - other(ids)).abs().max() > 100 * TOL
+
+
+def test_unsupported_options_of_the_new_families_are_refused_by_name() -> None:
+    gemma = build("gemma2")
+    gemma.config.use_bidirectional_attention = True
+    with pytest.raises(ValueError, match=r"bidirectional attention"):
+        from_hf(gemma)
+    qwen = build("qwen2")
+    qwen.config.layer_types = ["chunked_attention"] * 3
+    with pytest.raises(ValueError, match=r"layer_types \['chunked_attention'\]"):
+        from_hf(qwen)
+    gemma3 = build("gemma3")
+    gemma3.config.attn_logit_softcapping = 50.0
+    with pytest.raises(ValueError, match=r"attn_logit_softcapping=50.0 in a Gemma 3"):
+        from_hf(gemma3)
+    mistral = build("qwen3-bias-mqa")
+    mistral.config.rope_parameters = dict(_LONGROPE)
+    with pytest.raises(ValueError, match=r"'longrope' in a qwen3 model"):
+        from_hf(mistral)
+    olmo = build("olmo2")
+    olmo.config.rope_parameters = {
+        "rope_type": "default",
+        "rope_theta": 1e4,
+        "partial_rotary_factor": 0.5,
+    }
+    with pytest.raises(ValueError, match=r"partial_rotary_factor 0.5 in a olmo2"):
+        from_hf(olmo)
