@@ -47,9 +47,14 @@ Two inference paths compute the same outputs (:class:`MLABlock`):
 
 :data:`PORTS` holds the port :func:`companion.decoder.from_hf` finds for
 ``DeepseekV3ForCausalLM``: :class:`MLASpec` for its config, :class:`MLABlock` for its
-layers, and the weight copy. Dense MLP layers are built; a config with
-mixture-of-experts layers (``first_k_dense_replace < num_hidden_layers``) is refused by
-name.
+layers, and the weight copy. Its MLP layers are built too: the first
+``first_k_dense_replace`` dense (the parent's gated MLP), the rest DeepSeekMoE
+(:meth:`MLABlock.mlp`): routed experts chosen by :func:`route_tokens` (sigmoid
+affinities, group-limited top-k, the load-balancing correction bias) plus shared
+experts. Refused by name: ``num_key_value_heads != num_attention_heads``, RoPE types
+other than :data:`MLA_ROPE_TYPES`, a partial rotary factor. The multi-token-prediction
+module (``num_nextn_predict_layers``) is not part of Hugging Face's forward and not
+copied.
 """
 
 from __future__ import annotations
@@ -69,11 +74,13 @@ from companion.rope import apply_rope, interleaved_to_half_permutation
 
 __all__ = [
     "ATTENTION_KINDS",
+    "MLA_ROPE_TYPES",
     "PORTS",
     "MLABlock",
     "MLASpec",
     "cache_bytes_per_token",
     "mla_softmax_scale",
+    "route_tokens",
     "use_absorbed",
 ]
 
@@ -122,10 +129,27 @@ class MLASpec(DecoderSpec):
     v_head_dim: int = 0
     rope_interleave: bool = False
     latent_eps: float = 1e-6
+    # DeepSeekMoE: layers first_k_dense_replace .. num_layers - 1 when n_routed_experts
+    n_routed_experts: int = 0  # 0: every layer dense
+    first_k_dense_replace: int = 0
+    moe_intermediate_size: int = 0
+    num_experts_per_tok: int = 0
+    n_group: int = 1
+    topk_group: int = 1
+    n_shared_experts: int = 0
+    norm_topk_prob: bool = False
+    routed_scaling_factor: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_mla(self)
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether layer ``layer``'s MLP is a mixture of experts."""
+        layer = _validate.integer(
+            "layer", layer, minimum=0, maximum=self.num_layers - 1
+        )
+        return self.n_routed_experts > 0 and layer >= self.first_k_dense_replace
 
 
 def _check_mla(spec: MLASpec) -> None:
@@ -162,6 +186,52 @@ def _check_mla(spec: MLASpec) -> None:
                 f"{name} must be {expected!r} in an MLASpec ({why}), got {got!r}"
             )
     v.choice("rope['rope_type']", spec.rope.get("rope_type"), MLA_ROPE_TYPES)
+    _check_moe(spec, put)
+
+
+def _check_moe(spec: MLASpec, put) -> None:
+    v = _validate
+    put(
+        "n_routed_experts", v.nonnegative_int("n_routed_experts", spec.n_routed_experts)
+    )
+    put("norm_topk_prob", v.flag("norm_topk_prob", spec.norm_topk_prob))
+    if spec.n_routed_experts == 0:
+        return
+    n = spec.n_routed_experts
+    put(
+        "first_k_dense_replace",
+        v.integer(
+            "first_k_dense_replace",
+            spec.first_k_dense_replace,
+            minimum=0,
+            maximum=spec.num_layers,
+        ),
+    )
+    for name in ("moe_intermediate_size", "num_experts_per_tok"):
+        put(name, v.positive_int(name, getattr(spec, name)))
+    put(
+        "n_shared_experts", v.nonnegative_int("n_shared_experts", spec.n_shared_experts)
+    )
+    put("n_group", v.divisor("n_group", spec.n_group, "n_routed_experts", n))
+    if n // spec.n_group < 2:
+        raise ValueError(
+            f"n_group must leave at least 2 experts per group (a group's score is its "
+            f"two best experts), got n_group={spec.n_group} for {n} experts"
+        )
+    put(
+        "topk_group",
+        v.integer("topk_group", spec.topk_group, minimum=1, maximum=spec.n_group),
+    )
+    reachable = spec.topk_group * (n // spec.n_group)
+    if spec.num_experts_per_tok > reachable:
+        raise ValueError(
+            f"num_experts_per_tok must be at most {reachable} (topk_group groups of "
+            f"{n // spec.n_group} experts), got {spec.num_experts_per_tok}"
+        )
+    put(
+        "routed_scaling_factor",
+        v.positive_real("routed_scaling_factor", spec.routed_scaling_factor),
+    )
 
 
 def mla_softmax_scale(
@@ -205,6 +275,79 @@ def mla_softmax_scale(
         m = 1.0 if s <= 1 else 0.1 * all_dim * math.log(s) + 1.0
         scale *= m * m
     return scale
+
+
+# ---- DeepSeekMoE's router --------------------------------------------------------------
+
+
+def route_tokens(
+    x: Tensor,
+    weight: Tensor,
+    correction_bias: Tensor,
+    *,
+    top_k: int,
+    n_group: int = 1,
+    topk_group: int = 1,
+    norm_topk_prob: bool = True,
+    routed_scaling_factor: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    r"""DeepSeek-V3's expert choice: sigmoid affinities, group-limited top-k, a bias that
+    steers the choice but not the weights.
+
+    Each token's affinity to expert :math:`e` is :math:`s_e = \sigma(x \cdot w_e)`
+    (float32). The *choice* uses :math:`s_e + b_e`, ``b`` the load-balancing
+    ``e_score_correction_bias`` (DeepSeek-V3's auxiliary-loss-free balancing, updated
+    outside back-propagation): the experts are split into ``n_group`` groups, a group
+    scores the sum of its two best :math:`s_e + b_e`, only the ``topk_group`` best
+    groups stay, and the ``top_k`` best experts among them are chosen. Their *weights*
+    are the plain :math:`s_e` (without ``b``), divided by their sum if
+    ``norm_topk_prob`` (plus ``1e-20``), times ``routed_scaling_factor``. Hugging Face's
+    ``DeepseekV3TopkRouter``, step for step.
+
+    Args:
+        x: tokens, a floating tensor ``(T, E)``.
+        weight: the router ``(N, E)``, ``N`` experts.
+        correction_bias: ``b``, ``(N,)``.
+        top_k: experts per token (``num_experts_per_tok``).
+        n_group: groups of experts; divides ``N``, each group at least 2 experts.
+        topk_group: groups kept per token, ``1 .. n_group``.
+        norm_topk_prob: normalize the chosen weights to sum to 1.
+        routed_scaling_factor: factor on the chosen weights.
+
+    Returns:
+        ``(weights, indices)``, each ``(T, top_k)``: float32 weights and the int64
+        experts chosen (in no particular order).
+    """
+    x = _validate.tensor("x", x, ndim=2, meaning="(T, E)")
+    weight = _validate.tensor("weight", weight, ndim=2, meaning="(N, E)")
+    _validate.same_size("weight", weight, 1, "x", x, 1, "E")
+    n = weight.shape[0]
+    bias = _validate.tensor("correction_bias", correction_bias, ndim=1)
+    _validate.size("correction_bias", bias, 0, n, "N, weight's experts")
+    n_group = _validate.divisor("n_group", n_group, "the experts", n)
+    if n // n_group < 2:
+        raise ValueError(
+            f"n_group must leave at least 2 experts per group, got {n_group} for {n}"
+        )
+    topk_group = _validate.integer("topk_group", topk_group, minimum=1, maximum=n_group)
+    top_k = _validate.integer(
+        "top_k", top_k, minimum=1, maximum=topk_group * (n // n_group)
+    )
+    norm_topk_prob = _validate.flag("norm_topk_prob", norm_topk_prob)
+    factor = _validate.positive_real("routed_scaling_factor", routed_scaling_factor)
+    scores = torch.sigmoid(x.float() @ weight.float().t())  # (T, N)
+    choice = scores + bias  # steers the choice only
+    per_group = choice.view(-1, n_group, n // n_group)  # (T, groups, N / groups)
+    group_scores = per_group.topk(2, dim=-1).values.sum(dim=-1)  # (T, groups)
+    kept = group_scores.topk(topk_group, dim=-1, sorted=False).indices
+    group_mask = torch.zeros_like(group_scores).scatter_(1, kept, 1.0).bool()
+    expert_mask = group_mask[:, :, None].expand_as(per_group).reshape(-1, n)
+    choice = choice.masked_fill(~expert_mask, float("-inf"))
+    indices = choice.topk(top_k, dim=-1, sorted=False).indices  # (T, top_k)
+    weights = scores.gather(1, indices)
+    if norm_topk_prob:
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+    return weights * factor, indices
 
 
 # ---- the block -----------------------------------------------------------------------
@@ -265,6 +408,20 @@ class MLABlock(DecoderBlock):
         self.kv_b_proj = nn.Linear(r, h * (dn + dv), bias=False)
         self.o_proj = nn.Linear(h * dv, e, bias=spec.out_bias)
         self.absorbed = False
+        self.moe = spec.is_moe(layer)
+        if self.moe:  # routed experts; the shared ones are the parent's gated MLP
+            n, inner = spec.n_routed_experts, spec.moe_intermediate_size
+            self.router = nn.Parameter(torch.zeros(n, e))
+            self.register_buffer("correction_bias", torch.zeros(n))
+            self.experts_gate_up = nn.Parameter(torch.zeros(n, 2 * inner, e))
+            self.experts_down = nn.Parameter(torch.zeros(n, e, inner))
+            shared = inner * spec.n_shared_experts
+            if shared:
+                self.gate_proj = nn.Linear(e, shared, bias=False)
+                self.up_proj = nn.Linear(e, shared, bias=False)
+                self.down_proj = nn.Linear(shared, e, bias=False)
+            else:
+                self.gate_proj = self.up_proj = self.down_proj = None
 
     # -- the shared first half: queries and the new latents ---------------------------
 
@@ -390,6 +547,43 @@ class MLABlock(DecoderBlock):
         if self.absorbed:
             return self.attention_absorbed(x, rope, mask, past)
         return self.attention_naive(x, rope, mask, past)
+
+    def mlp(self, x: Tensor) -> Tensor:
+        r"""The dense gated MLP (the parent's), or in a mixture-of-experts layer the
+        routed experts plus the shared ones.
+
+        Each token goes to the ``num_experts_per_tok`` experts :func:`route_tokens`
+        chooses; expert :math:`e` is a gated MLP (``experts_gate_up[e]`` holds its gate
+        rows then its up rows, ``experts_down[e]`` its down projection) and its output is
+        weighted by the router's weight; the shared experts (one gated MLP of width
+        ``moe_intermediate_size * n_shared_experts``) see every token. As Hugging Face's
+        ``DeepseekV3MoE``.
+        """
+        if not self.moe:
+            return super().mlp(x)
+        s = self.spec
+        act = _hf_weights.ACTIVATIONS[s.activation]
+        tokens = x.reshape(-1, x.shape[-1])  # (T, E)
+        weights, chosen = route_tokens(
+            tokens,
+            self.router,
+            self.correction_bias,
+            top_k=s.num_experts_per_tok,
+            n_group=s.n_group,
+            topk_group=s.topk_group,
+            norm_topk_prob=s.norm_topk_prob,
+            routed_scaling_factor=s.routed_scaling_factor,
+        )
+        out = torch.zeros_like(tokens)
+        for e in chosen.unique().tolist():  # each expert on the tokens that chose it
+            token, slot = torch.where(chosen == e)
+            gate, up = (tokens[token] @ self.experts_gate_up[e].t()).chunk(2, dim=-1)
+            y = (act(gate) * up) @ self.experts_down[e].t()  # (T_e, E)
+            out.index_add_(0, token, (y * weights[token, slot, None]).to(out.dtype))
+        out = out.view_as(x)
+        if self.gate_proj is not None:
+            out = out + super().mlp(x)  # the shared experts
+        return out
 
     def check_past(self, past: object, batch: int) -> int:
         """This layer's cache checked; returns its length ``S``.
@@ -541,13 +735,23 @@ def _sizes(config: object) -> dict[str, int]:
 def _spec_deepseek_v3(model: nn.Module) -> dict[str, Any]:
     c = model.config
     n = c.num_hidden_layers
-    dense = c.first_k_dense_replace
-    if dense is not None and dense < n:
-        raise _hf_weights._unsupported(
-            f"DeepSeek-V3 mixture-of-experts layers (first_k_dense_replace={dense} < "
-            f"num_hidden_layers={n}: layers {dense}..{n - 1} are MoE; set "
-            f"first_k_dense_replace >= {n} for a dense copy)"
+    dense = n if c.first_k_dense_replace is None else c.first_k_dense_replace
+    moe = {}
+    if dense < n:  # layers dense .. n - 1 are mixtures of experts
+        moe = dict(
+            n_routed_experts=c.n_routed_experts,
+            first_k_dense_replace=dense,
+            moe_intermediate_size=c.moe_intermediate_size,
+            num_experts_per_tok=c.num_experts_per_tok,
+            n_group=c.n_group,
+            topk_group=c.topk_group,
+            n_shared_experts=c.n_shared_experts,
+            norm_topk_prob=bool(c.norm_topk_prob),
+            routed_scaling_factor=float(c.routed_scaling_factor),
         )
+        for key in ("n_group", "topk_group", "num_experts_per_tok"):
+            if moe[key] is None:
+                raise _hf_weights._unsupported(f"{key}=None in a DeepSeek-V3 MoE layer")
     heads = c.num_attention_heads
     if (c.num_key_value_heads or heads) != heads:
         raise _hf_weights._unsupported(
@@ -594,7 +798,18 @@ def _spec_deepseek_v3(model: nn.Module) -> dict[str, Any]:
         qk_nope_head_dim=dn,
         v_head_dim=c.v_head_dim,
         rope_interleave=bool(c.rope_interleave),
+        **moe,
     )
+
+
+def _copy_tensor(dst: Tensor, src: Tensor) -> None:
+    """A parameter or buffer copied, refusing a shape ``copy_`` would broadcast."""
+    if dst.shape != src.shape:
+        raise ValueError(
+            f"model's weights must fit the spec: a tensor of shape {tuple(src.shape)} "
+            f"goes where the copy holds {tuple(dst.shape)}"
+        )
+    dst.copy_(src)
 
 
 def _load_deepseek_v3(dst: Decoder, model: nn.Module) -> None:
@@ -613,6 +828,14 @@ def _load_deepseek_v3(dst: Decoder, model: nn.Module) -> None:
         for name in names:
             src = getattr(a, name)
             copy(getattr(block, name), src.weight, getattr(src, "bias", None))
+        if block.moe:  # routed experts, their router and bias, the shared experts
+            _copy_tensor(block.router, m.gate.weight)
+            _copy_tensor(block.correction_bias, m.gate.e_score_correction_bias)
+            _copy_tensor(block.experts_gate_up, m.experts.gate_up_proj)
+            _copy_tensor(block.experts_down, m.experts.down_proj)
+            m = m.shared_experts
+            if block.gate_proj is None:
+                continue
         for name in ("gate_proj", "up_proj", "down_proj"):
             src = getattr(m, name)
             copy(getattr(block, name), src.weight, src.bias)
@@ -630,4 +853,4 @@ PORTS: dict[str, Port] = {
 }
 """The Hugging Face classes :func:`companion.decoder.from_hf` copies with latent
 attention (it looks here when its own :data:`~companion.decoder.PORTS` lacks the class):
-``DeepseekV3ForCausalLM``, dense layers only."""
+``DeepseekV3ForCausalLM``, dense and mixture-of-experts layers."""

@@ -100,14 +100,41 @@ VARIANTS = {
     "yarn-plain": _config(
         max_position_embeddings=CONTEXT, q_lora_rank=None, rope_parameters=_yarn()
     ),
+    # DeepSeekMoE: sigmoid router, group-limited top-k, correction bias, shared experts
+    "moe": _config(
+        num_hidden_layers=3,
+        first_k_dense_replace=1,
+        n_routed_experts=8,
+        n_group=4,
+        topk_group=2,
+        num_experts_per_tok=3,
+        n_shared_experts=1,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+    ),
+    "moe-all": _config(  # every layer MoE, one group, unnormalized, two shared
+        first_k_dense_replace=0,
+        n_routed_experts=6,
+        n_group=1,
+        topk_group=1,
+        num_experts_per_tok=2,
+        n_shared_experts=2,
+        norm_topk_prob=False,
+        routed_scaling_factor=1.5,
+        q_lora_rank=None,
+    ),
 }
 _SCALED = {"yarn-mscale", "yarn-deepseek", "yarn-plain"}
 
 
 def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Weights large enough for attention to be far from uniform (module docstring)."""
+    """Weights large enough for attention to be far from uniform (module docstring);
+    the routers' correction biases (zeros at initialization) random too."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.5 * torch.randn(b.shape, generator=gen))
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
             if p.ndim == 1 and "norm" in name:
@@ -202,7 +229,8 @@ def test_softmax_scale_is_hugging_faces() -> None:
         hf = build(name)
         spec = from_hf(hf).spec
         expected = hf.model.layers[0].self_attn.scaling
-        assert spec.scales == (pytest.approx(expected, rel=1e-12),) * 2, name
+        n = spec.num_layers
+        assert spec.scales == (pytest.approx(expected, rel=1e-12),) * n, name
     # DeepSeek-V3: 1/sqrt(192) * (0.1 ln 40 + 1)^2
     p = dict(rope_type="yarn", factor=40.0, mscale=1.0, mscale_all_dim=1.0)
     assert mla_softmax_scale(192, p) == pytest.approx(
@@ -219,6 +247,10 @@ def test_softmax_scale_is_hugging_faces() -> None:
         ("half-layout", "rope_interleave", True),
         ("yarn-mscale", "latent_eps", 0.5),  # the latent norms' epsilon
         ("q-lora", "qk_rope_head_dim", 4),  # sanity: same value, same logits
+        ("moe", "routed_scaling_factor", 1.0),
+        ("moe", "norm_topk_prob", False),
+        ("moe", "topk_group", 4),  # the group limit
+        ("moe", "num_experts_per_tok", 2),
     ],
 )
 def test_each_option_changes_the_logits(name: str, field: str, value: object) -> None:
@@ -249,6 +281,66 @@ def test_mscale_changes_the_logits() -> None:
             assert (from_hf(hf)(ids) - ref).abs().max() > 100 * TOL, key
 
 
+# ---- mixture of experts --------------------------------------------------------------
+
+
+def test_moe_layers_are_where_the_config_puts_them() -> None:
+    ours = from_hf(build("moe"))
+    assert [b.moe for b in ours.blocks] == [False, True, True]
+    assert [ours.spec.is_moe(i) for i in range(3)] == [False, True, True]
+    assert not any(from_hf(build("q-lora")).spec.is_moe(i) for i in range(2))
+
+
+@pytest.mark.parametrize("name", ["moe", "moe-all"])
+def test_router_chooses_as_hugging_face(name: str) -> None:
+    """Same experts and weights as DeepseekV3TopkRouter on 200 random tokens."""
+    hf = build(name)
+    ours = from_hf(hf)
+    layer, block = hf.model.layers[-1].mlp.gate, ours.blocks[-1]
+    x = torch.randn(200, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        _, w_hf, i_hf = layer(x)
+    s = ours.spec
+    w, i = mla.route_tokens(
+        x,
+        block.router,
+        block.correction_bias,
+        top_k=s.num_experts_per_tok,
+        n_group=s.n_group,
+        topk_group=s.topk_group,
+        norm_topk_prob=s.norm_topk_prob,
+        routed_scaling_factor=s.routed_scaling_factor,
+    )
+    order_hf, order = i_hf.argsort(dim=-1), i.argsort(dim=-1)
+    assert torch.equal(i.gather(1, order), i_hf.gather(1, order_hf))
+    torch.testing.assert_close(w.gather(1, order), w_hf.gather(1, order_hf))
+    # the bias steers which experts, but the weights are the plain sigmoid scores
+    scores = torch.sigmoid(x @ block.router.t())
+    if not s.norm_topk_prob:
+        expected = scores.gather(1, i) * s.routed_scaling_factor
+        torch.testing.assert_close(w, expected.float())
+
+
+def test_router_options_change_the_choice() -> None:
+    """The correction bias and the group limit each change which experts are chosen."""
+    x = torch.randn(500, 16, generator=torch.Generator().manual_seed(0))
+    weight = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    zero = torch.zeros(8)
+    base = mla.route_tokens(x, weight, zero, top_k=2, n_group=4, topk_group=4)[1]
+    biased = mla.route_tokens(
+        x, weight, torch.linspace(-1, 1, 8), top_k=2, n_group=4, topk_group=4
+    )[1]
+    limited = mla.route_tokens(x, weight, zero, top_k=2, n_group=4, topk_group=1)[1]
+
+    def same(a, b):
+        return (a.sort(dim=-1).values == b.sort(dim=-1).values).all(dim=-1)
+
+    assert (~same(base, biased)).sum() > 50
+    assert (~same(base, limited)).sum() > 50
+    # topk_group = 1: both experts of every token in one group of 2
+    assert (limited // 2)[:, 0].eq((limited // 2)[:, 1]).all()
+
+
 # ---- the two inference paths ---------------------------------------------------------
 
 
@@ -265,7 +357,9 @@ def _steps(model: Decoder, ids: torch.Tensor, split: int) -> list[torch.Tensor]:
 @pytest.mark.parametrize(
     ("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)]
 )
-@pytest.mark.parametrize("name", ["q-lora", "q-proj-half", "yarn-mscale", "bias"])
+@pytest.mark.parametrize(
+    "name", ["q-lora", "q-proj-half", "yarn-mscale", "bias", "moe-all"]
+)
 def test_absorbed_path_equals_naive_path(name, dtype, tol) -> None:
     hf = build(name, dtype=dtype)
     naive = from_hf(hf)
@@ -358,12 +452,6 @@ def test_cache_bytes_of_deepseek_v3() -> None:
 # ---- what is refused -----------------------------------------------------------------
 
 
-def test_mixture_of_experts_is_refused_by_name() -> None:
-    hf = DeepseekV3ForCausalLM(_config(first_k_dense_replace=1, n_routed_experts=4))
-    with pytest.raises(ValueError, match=r"mixture-of-experts.*first_k_dense_replace"):
-        from_hf(hf)
-
-
 def test_fewer_key_value_heads_are_refused_by_name() -> None:
     hf = DeepseekV3ForCausalLM(_config())
     hf.config.num_key_value_heads = 2
@@ -430,9 +518,102 @@ BAD_INPUTS = [
     ),
     (
         "MLASpec",
-        lambda: _spec(rope={"rope_type": "longrope", "rope_theta": 1e4, "factor": 2}),
+        lambda: _spec(rope={"rope_type": "bogus", "rope_theta": 1e4, "factor": 2.0}),
         ValueError,
         r"rope",
+    ),
+    (
+        "MLASpec",
+        lambda: _spec(n_routed_experts=8, moe_intermediate_size=4, n_group=3),
+        ValueError,
+        r"num_experts_per_tok must be",
+    ),
+    (
+        "MLASpec",
+        lambda: _spec(
+            n_routed_experts=8,
+            moe_intermediate_size=4,
+            num_experts_per_tok=2,
+            n_group=3,
+        ),
+        ValueError,
+        r"n_group must divide n_routed_experts \(8\)",
+    ),
+    (
+        "MLASpec",
+        lambda: _spec(
+            n_routed_experts=8,
+            moe_intermediate_size=4,
+            num_experts_per_tok=2,
+            n_group=8,
+        ),
+        ValueError,
+        r"n_group must leave at least 2 experts per group",
+    ),
+    (
+        "MLASpec",
+        lambda: _spec(
+            n_routed_experts=8,
+            moe_intermediate_size=4,
+            num_experts_per_tok=5,
+            n_group=4,
+            topk_group=2,
+        ),
+        ValueError,
+        r"num_experts_per_tok must be at most 4",
+    ),
+    (
+        "MLASpec",
+        lambda: _spec(
+            n_routed_experts=8,
+            moe_intermediate_size=4,
+            num_experts_per_tok=2,
+            first_k_dense_replace=3,
+        ),
+        ValueError,
+        r"first_k_dense_replace",
+    ),
+    ("MLASpec", lambda: _spec(n_routed_experts=-1), ValueError, r"n_routed_experts"),
+    ("MLASpec.is_moe", lambda: _spec().is_moe(2), ValueError, r"layer"),
+    (
+        "route_tokens",
+        lambda: mla.route_tokens(
+            torch.ones(3, 4), torch.ones(8, 5), torch.zeros(8), top_k=2
+        ),
+        ValueError,
+        r"weight",
+    ),
+    (
+        "route_tokens",
+        lambda: mla.route_tokens(
+            torch.ones(3, 4), torch.ones(8, 4), torch.zeros(7), top_k=2
+        ),
+        ValueError,
+        r"correction_bias",
+    ),
+    (
+        "route_tokens",
+        lambda: mla.route_tokens(
+            torch.ones(3, 4), torch.ones(8, 4), torch.zeros(8), top_k=2, n_group=8
+        ),
+        ValueError,
+        r"n_group must leave",
+    ),
+    (
+        "route_tokens",
+        lambda: mla.route_tokens(
+            torch.ones(3, 4), torch.ones(8, 4), torch.zeros(8), top_k=3, n_group=4
+        ),
+        ValueError,
+        r"top_k",
+    ),
+    (
+        "route_tokens",
+        lambda: mla.route_tokens(
+            torch.ones(4), torch.ones(8, 4), torch.zeros(8), top_k=2
+        ),
+        ValueError,
+        r"x",
     ),
     ("MLABlock", lambda: MLABlock(_decoder_spec(), 0), TypeError, r"spec must be an"),
     ("MLABlock", lambda: MLABlock(_spec(), 2), ValueError, r"layer"),
