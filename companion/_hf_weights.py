@@ -3,7 +3,7 @@ r"""Reading a Hugging Face causal LM for :func:`companion.decoder.from_hf`.
 Its config becomes the fields of a :class:`companion.decoder.DecoderSpec` (after
 checking that the copy implements every option), its weights are copied into a
 :class:`companion.decoder.Decoder`, with each family's conversions (see
-:func:`~companion.decoder.from_hf`). For each of the four families it holds a reading
+:func:`~companion.decoder.from_hf`). For each family it holds a reading
 (:func:`spec_fields`), a loader (``LOADERS``) and the path of the layer list
 (``LAYERS``), from which :mod:`companion.decoder` builds its public
 :class:`~companion.decoder.Port` objects (``PORTS``). Private: it is tested through

@@ -1,41 +1,72 @@
-r"""Real decoders rebuilt from the book's parts (chapter :ref:`ch-real-models`).
+r"""Real decoders rebuilt from the book's parts (chapter :ref:`ch-real-models` and the
+chapter on the attention layer of 2024-2025).
 
-:func:`from_hf` takes a Hugging Face causal language model of one of four families and
+:func:`from_hf` takes a Hugging Face causal language model of one of eleven families and
 returns a :class:`Decoder` that computes the same logits with ``companion``'s parts
 only:
 
-=========  ============================  =========  ==============  ===========
-family     positions                     norm       MLP             residual
-=========  ============================  =========  ==============  ===========
-Llama      RoPE (half layout), plain or  RMSNorm    gated (SwiGLU)  serial
+=========  ============================  ==============  ==============  ===========
+family     positions                     norm            MLP             attention
+=========  ============================  ==============  ==============  ===========
+Llama      RoPE (half layout), plain or  RMSNorm, pre    gated (SwiGLU)  full
            scaled (linear, dynamic,
            YaRN, Llama 3)
-GPT-2      learned absolute table        LayerNorm  GELU (tanh)     serial
-GPT-NeoX   RoPE on the first             LayerNorm  GELU            parallel or
-           ``rotary_ndims`` of a head                               serial
-BLOOM      ALiBi                         LayerNorm  GELU (tanh)     serial
-=========  ============================  =========  ==============  ===========
+GPT-2      learned absolute table        LayerNorm, pre  GELU (tanh)     full
+GPT-NeoX   RoPE on the first             LayerNorm, pre  GELU            full;
+           ``rotary_ndims`` of a head                                    parallel
+                                                                         residual
+BLOOM      ALiBi                         LayerNorm, pre  GELU (tanh)     full
+Mistral    RoPE                          RMSNorm, pre    gated           sliding
+                                                                         window
+Qwen2      RoPE                          RMSNorm, pre    gated           q/k/v bias;
+                                                                         sliding
+                                                                         layers
+Qwen3      RoPE                          RMSNorm, pre;   gated           sliding
+                                         QK-norm per                     layers
+                                         head
+OLMo 2     RoPE                          RMSNorm after   gated           full
+                                         each sublayer;
+                                         QK-norm over
+                                         the projection
+Gemma 2    RoPE; embeddings              Gemma RMSNorm   gated (GELU     local/global;
+           times sqrt(E)                 (1 + w),        tanh)           score and
+                                         sandwich                        logit
+                                                                         soft-capping
+Gemma 3    RoPE, a local base in         as Gemma 2;     gated (GELU     local/global
+           sliding layers                QK-norm         tanh)
+Phi-3      RoPE or LongRoPE, full or     RMSNorm, pre    gated (fused)   full or
+           partial                                                       sliding
+=========  ============================  ==============  ==============  ===========
 
-Every block is pre-norm; attention is
-:func:`companion.attention.scaled_dot_product_attention`, with grouped-query and
-multi-query attention (fewer key/value heads than query heads) done by stacking the
-query heads that share a key/value head along the query axis, not by copying keys; RoPE
-is :func:`companion.rope.apply_rope` on the table of
+Attention is :func:`companion.attention.scaled_dot_product_attention` (Gemma 2's
+soft-capped scores: :func:`companion.modern.softcap`, then the mask and the softmax),
+with grouped-query and multi-query attention (fewer key/value heads than query heads)
+done by stacking the query heads that share a key/value head along the query axis, not
+by copying keys; RoPE is :func:`companion.rope.apply_rope` on the table of
 :func:`companion.rope.rope_cos_sin` with the frequencies of
-:func:`companion.rope.rope_frequencies` or of :mod:`companion.extension` (linear,
-dynamic NTK, YaRN, Llama 3); ALiBi is :func:`companion.extension.alibi_bias`; the norms
-are :class:`companion.norm.RMSNorm` and :class:`companion.norm.LayerNorm`.
+:func:`companion.rope.rope_frequencies`, of :mod:`companion.extension` (linear, dynamic
+NTK, YaRN, Llama 3) or of :func:`companion.relative.longrope_frequencies`; ALiBi is
+:func:`companion.extension.alibi_bias`; the norms are :class:`companion.norm.RMSNorm` (its
+``llama``, ``torch`` and ``gemma`` variants) and :class:`companion.norm.LayerNorm`.
 
 :func:`generate` decodes greedily with a KV cache: each layer keeps its keys *after*
 rotation and its values, and each new token is one query at the next position. The cache
-is a value (a tuple of per-layer ``(key, value)`` pairs) that :meth:`Decoder.decode`
-takes and returns.
+is a value (a tuple of per-layer caches: ``(key, value)``, or ``(key, value, seen)`` for
+a sliding layer, which keeps only the last ``sliding_window - 1`` tokens) that
+:meth:`Decoder.decode` takes and returns; :func:`cache_bytes` measures it. A batch of
+prompts of different lengths is left-padded with an ``attention_mask``: padding is never
+attended to and each row's positions count its own tokens, as Hugging Face's
+``generate`` derives them.
 
 Another family is ported by passing a :class:`Port` (how to read its config and copy
-its weights) to :func:`from_hf`; :data:`PORTS` holds the four above. What the copy does
-not implement raises :class:`ValueError` naming it: other architectures without a
-port, sliding-window attention, RoPE types other than the five above
-(``longrope``, ...), padding (an ``attention_mask`` with zeros), cross-attention.
+its weights, optionally a :class:`DecoderBlock` subclass and a :class:`DecoderSpec`
+subclass) to :func:`from_hf`; :data:`PORTS` holds the eleven above, and
+``companion.mla.PORTS`` (DeepSeek-V3's multi-head latent attention) is looked up after
+it. What the copy does not implement raises :class:`ValueError` naming it: other
+architectures without a port, sliding windows outside the families above, RoPE types
+other than the six above (LongRoPE in Phi-3 only), bidirectional attention, Gemma 3's
+``attn_logit_softcapping`` (which Hugging Face stores and never applies),
+cross-attention.
 """
 
 from __future__ import annotations
@@ -83,10 +114,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    r"""Everything that tells the four families apart, read from a Hugging Face config.
+    r"""Everything that tells the families apart, read from a Hugging Face config.
 
     A record: :func:`from_hf` fills it in from ``model.config`` after checking that the
-    copy implements every option; the chapter prints the four families' specs side by
+    copy implements every option; the chapters print the families' specs side by
     side. ``positions`` is ``"rope"``, ``"alibi"`` or ``"learned"``; ``norm`` is
     ``"rms"`` or ``"layer"``; ``mlp`` is ``"gated"`` (``act(x W_gate) * x W_up``) or
     ``"plain"``; ``activation`` a key of ``ACTIVATIONS``; ``rope`` holds Hugging
@@ -911,7 +942,7 @@ class Port:
 
     The extension point: a family the copy does not know becomes a :class:`Port` passed
     as ``from_hf(model, port=...)``, with no change to this module. :data:`PORTS` holds
-    the four built in; the chapter's "Porting a fifth family" walks through one.
+    the eleven built in; chapter :ref:`ch-real-models` walks through porting one more.
 
     Args:
         spec: ``spec(model) -> dict``, the :class:`DecoderSpec` fields read from
@@ -970,7 +1001,10 @@ def _port(family: str) -> Port:
 PORTS: dict[str, Port] = {name: _port(f) for name, f in ARCHITECTURES.items()}
 """The Hugging Face classes :func:`from_hf` copies without being told how, each with
 its :class:`Port` (``LlamaForCausalLM``, ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``,
-``BloomForCausalLM``); a subclass of one of them is read as that class."""
+``BloomForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
+``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``,
+``Gemma3ForCausalLM``, ``Phi3ForCausalLM``); a subclass of one of them is read as that
+class."""
 
 
 def _other_ports() -> dict[str, Port]:
@@ -1020,16 +1054,24 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
       half layout of RoPE (``rotate_half``); Meta's original weights are interleaved and
       are permuted on conversion
       (:func:`companion.rope.interleaved_to_half_permutation`).
+    * Mistral, Qwen2/3, OLMo 2 and Gemma 2/3 copy as Llama does, with their extra
+      norms (QK-norm, OLMo 2's post-norms, Gemma's four norms per block); Phi-3's fused
+      ``qkv_proj`` splits by rows ``[q | k | v]`` and its ``gate_up_proj`` into
+      ``[gate | up]``.
     * Tied input/output embeddings stay one shared parameter.
 
     The result is in evaluation form (no dropout), on ``model``'s device and in its
     dtype.
 
     Args:
-        model: a ``LlamaForCausalLM``, ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM`` or
-            ``BloomForCausalLM`` (:data:`PORTS`), or any model ``port`` reads.
-        port: ``None`` (look ``model``'s class up in :data:`PORTS`) or a
-            :class:`Port` for another family.
+        model: one of the classes of :data:`PORTS` (``LlamaForCausalLM``,
+            ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, ``BloomForCausalLM``,
+            ``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
+            ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``,
+            ``Phi3ForCausalLM``) or of ``companion.mla.PORTS``, or any model ``port``
+            reads.
+        port: ``None`` (look ``model``'s class up in :data:`PORTS`, then in
+            ``companion.mla.PORTS``) or a :class:`Port` for another family.
 
     Returns:
         The copy; ``copy(input_ids)`` gives logits ``(B, L, vocab)`` equal to
@@ -1038,9 +1080,13 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
     Raises:
         TypeError: ``model`` is not an ``nn.Module``; ``port`` is not a :class:`Port`.
         ValueError: another architecture and no ``port``; a configuration this copy
-            does not implement (sliding-window attention, a RoPE type other than
-            ``default``, ``linear``, ``dynamic``, ``yarn``, ``llama3``; cross-attention;
-            an unknown activation; BLOOM's ``slow_but_exact`` with
+            does not implement (sliding-window attention in Llama, GPT-2, GPT-NeoX or
+            BLOOM, or layer types other than ``full_attention`` and
+            ``sliding_attention``; a RoPE type other than ``default``, ``linear``,
+            ``dynamic``, ``yarn``, ``llama3``, and ``longrope`` outside Phi-3; a
+            ``partial_rotary_factor`` outside GPT-NeoX and Phi-3; bidirectional
+            attention; Gemma 3's ``attn_logit_softcapping``; cross-attention; an
+            unknown activation; BLOOM's ``slow_but_exact`` with
             ``pretraining_tp > 1``); a layer list of another length than the config
             says.
     """
