@@ -367,10 +367,11 @@ class MLABlock(DecoderBlock):
     ``(H, qk_nope_head_dim + v_head_dim)``), ``o_proj`` maps ``H * v_head_dim`` back.
 
     The cache of a layer (``past``/``present``) is a 1-tuple: one tensor
-    ``(B, S, kv_lora_rank + qk_rope_head_dim)`` whose first ``kv_lora_rank`` columns are
-    :math:`c` and last ``qk_rope_head_dim`` the rotated rope key :math:`k^R` (the layout of
-    DeepSeek's FlashMLA: the absorbed path reads it as the key and its first part as the
-    value). Rope parts are rotated in the half layout; with ``rope_interleave`` the
+    ``(B, 1, S, kv_lora_rank + qk_rope_head_dim)`` whose first ``kv_lora_rank`` columns
+    are :math:`c` and last ``qk_rope_head_dim`` the rotated rope key :math:`k^R` (the
+    layout of DeepSeek's FlashMLA: the absorbed path reads it as the key and its first
+    part as the value), shaped as the book's ``(B, H_kv, S, D)`` caches with one head,
+    which is what it is to the absorbed path. Rope parts are rotated in the half layout; with ``rope_interleave`` the
     pairs ``(2i, 2i+1)`` are first permuted to ``(i, i + d_R/2)``
     (:func:`companion.rope.interleaved_to_half_permutation`), as Hugging Face's
     ``apply_rotary_pos_emb_interleave`` does, so the cache holds what Hugging Face's does.
@@ -383,7 +384,7 @@ class MLABlock(DecoderBlock):
         layer: the layer's index.
 
     Shape:
-        x: ``(B, L, E)``; output ``(B, L, E)`` and the cache ``((B, S, r + d_R),)``.
+        x: ``(B, L, E)``; output ``(B, L, E)`` and the cache ``((B, 1, S, r + d_R),)``.
     """
 
     def __init__(self, spec: MLASpec, layer: int) -> None:
@@ -429,7 +430,7 @@ class MLABlock(DecoderBlock):
         self, x: Tensor, rope: tuple[Tensor, Tensor], past: tuple[Tensor] | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """``q^C`` ``(B, H, L, dn)``, rotated ``q^R`` ``(B, H, L, dR)`` and the cache
-        ``(B, S, r + dR)`` with this call's tokens appended."""
+        ``(B, 1, S, r + dR)`` with this call's tokens appended."""
         s = self.spec
         B, L, _ = x.shape
         H, r = s.num_heads, s.kv_lora_rank
@@ -448,9 +449,9 @@ class MLABlock(DecoderBlock):
         cos, sin = rope  # (B, L, dR/2): each row's positions
         q_rope = apply_rope(q_rope, cos, sin)  # (B, H, L, dR)
         k_rope = apply_rope(k_rope, cos, sin)  # (B, L, dR): one key for all heads
-        latent = torch.cat((c, k_rope), dim=-1)  # (B, L, r + dR)
+        latent = torch.cat((c, k_rope), dim=-1)[:, None]  # (B, 1, L, r + dR)
         if past is not None:
-            latent = torch.cat((past[0], latent), dim=1)  # (B, S, r + dR)
+            latent = torch.cat((past[0], latent), dim=2)  # (B, 1, S, r + dR)
         return q_nope, q_rope, latent
 
     def _output(self, out: Tensor) -> Tensor:
@@ -483,18 +484,18 @@ class MLABlock(DecoderBlock):
             rope: ``(cos, sin)``, each ``(B, L, qk_rope_head_dim / 2)``.
             mask: additive float mask ``(B, 1, L, S)`` (see
                 :class:`~companion.decoder.DecoderBlock`).
-            past: ``None`` or this layer's cache ``((B, S - L, r + d_R),)``.
+            past: ``None`` or this layer's cache ``((B, 1, S - L, r + d_R),)``.
 
         Returns:
-            ``(out, present)``: ``(B, L, E)`` and the cache ``((B, S, r + d_R),)``.
+            ``(out, present)``: ``(B, L, E)`` and the cache ``((B, 1, S, r + d_R),)``.
         """
         s = self.spec
         q_nope, q_rope, latent = self._queries_and_latents(x, rope, past)
-        B, S, _ = latent.shape
+        B, _, S, _ = latent.shape
         H, r, dn = s.num_heads, s.kv_lora_rank, s.qk_nope_head_dim
-        kv = self.kv_b_proj(latent[..., :r]).view(B, S, H, dn + s.v_head_dim)
+        kv = self.kv_b_proj(latent[:, 0, :, :r]).view(B, S, H, dn + s.v_head_dim)
         k_nope, v = kv.transpose(1, 2).split((dn, s.v_head_dim), dim=-1)  # (B, H, S, .)
-        k_rope = latent[:, None, :, r:].expand(B, H, S, s.qk_rope_head_dim)
+        k_rope = latent[..., r:].expand(B, H, S, s.qk_rope_head_dim)  # shared by all
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, H, L, dn + dR)
         k = torch.cat((k_nope, k_rope), dim=-1)  # (B, H, S, dn + dR)
         out = scaled_dot_product_attention(q, k, v, mask=mask, scale=self.scale)
@@ -529,8 +530,8 @@ class MLABlock(DecoderBlock):
             mask = mask.repeat(1, 1, H, 1)  # (B, 1, H*L, S)
         else:  # a mask per head (B, H, L, S)
             mask = mask.reshape(B, 1, H * L, -1)
-        key = latent[:, None]  # (B, 1, S, r + dR): the cache itself
-        value = latent[:, None, :, :r]  # (B, 1, S, r): the latents c
+        key = latent  # (B, 1, S, r + dR): the cache itself, one key head
+        value = latent[..., :r]  # (B, 1, S, r): the latents c
         o = scaled_dot_product_attention(q, key, value, mask=mask, scale=self.scale)
         o = o.view(B, H, L, r)  # each head's weighted latent
         out = torch.einsum("bhlr,hvr->bhlv", o, w_uv)  # (B, H, L, dv)
@@ -588,8 +589,8 @@ class MLABlock(DecoderBlock):
     def check_past(self, past: object, batch: int) -> int:
         """This layer's cache checked; returns its length ``S``.
 
-        A 1-tuple holding one tensor ``(batch, S, kv_lora_rank + qk_rope_head_dim)`` of
-        the block's dtype and device (``TypeError``/``ValueError`` naming
+        A 1-tuple holding one tensor ``(batch, 1, S, kv_lora_rank + qk_rope_head_dim)``
+        of the block's dtype and device (``TypeError``/``ValueError`` naming
         ``past[layer]``).
         """
         v, s, i = _validate, self.spec, self.layer
@@ -601,13 +602,14 @@ class MLABlock(DecoderBlock):
             what=f"tensor (the latent cache of layer {i}, as decode returns it)",
         )
         name = f"past[{i}][0] (latent cache of layer {i})"
-        t = v.tensor(name, cache[0], ndim=3, meaning="(B, S, r + d_R)")
+        t = v.tensor(name, cache[0], ndim=4, meaning="(B, 1, S, r + d_R)")
         v.same_dtype(name, t, "the model", ref)
         v.same_device(name, t, "the model", ref)
         v.size(name, t, 0, batch, "B, input_ids' batch")
+        v.size(name, t, 1, 1, "one latent head")
         width = s.kv_lora_rank + s.qk_rope_head_dim
-        v.size(name, t, 2, width, "kv_lora_rank + qk_rope_head_dim")
-        return t.shape[1]
+        v.size(name, t, 3, width, "kv_lora_rank + qk_rope_head_dim")
+        return t.shape[2]
 
 
 def use_absorbed(model: Decoder, absorbed: bool = True) -> Decoder:

@@ -27,7 +27,7 @@ import transformers
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DynamicCache
 
 from companion import mla
-from companion.decoder import Decoder, DecoderBlock, from_hf, generate
+from companion.decoder import Decoder, DecoderBlock, cache_bytes, from_hf, generate
 from companion.mla import (
     MLABlock,
     MLASpec,
@@ -206,10 +206,60 @@ def test_greedy_tokens_match_hugging_face_generate(name: str, absorbed: bool) ->
     assert torch.equal(got, expected)
 
 
+def left_padded(lengths: list[int], n: int, seed: int = 3):
+    """Prompts of the given lengths, left-padded to ``n``: ids and the 0/1 mask."""
+    ids = tokens(len(lengths), n, seed=seed)
+    mask = torch.zeros(len(lengths), n, dtype=torch.long)
+    for row, k in enumerate(lengths):
+        mask[row, n - k :] = 1
+        ids[row, : n - k] = IDS["pad_token_id"]
+    return ids, mask
+
+
+PADDED = ["q-lora", "q-proj-half", "yarn-mscale", "moe"]
+
+
+@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
+@pytest.mark.parametrize("name", PADDED)
+def test_left_padded_batch_logits_match_on_the_real_tokens(name, absorbed) -> None:
+    """Positions as Hugging Face's generate gives them: cumsum(mask) - 1."""
+    hf = build(name)
+    ours = use_absorbed(from_hf(hf), absorbed)
+    ids, mask = left_padded([14, 9, 3], 14)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    with torch.no_grad():
+        expected = hf(ids, attention_mask=mask, position_ids=positions).logits
+        got = ours(ids, attention_mask=mask)
+        alone = ours(ids[1:2, -9:])  # row 1 alone, unpadded
+    real = mask.bool()
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got[real], expected[real], atol=TOL, rtol=0)
+    torch.testing.assert_close(got[1, -9:], alone[0], atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
+@pytest.mark.parametrize("name", PADDED)
+def test_greedy_tokens_of_a_left_padded_batch_match_hugging_face(name, absorbed):
+    hf = build(name)
+    ours = use_absorbed(from_hf(hf), absorbed)
+    ids, mask = left_padded([PROMPT, 7, 3], PROMPT)
+    with torch.no_grad():
+        expected = hf.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=NEW,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=IDS["pad_token_id"],
+        )
+    got = generate(ours, ids, NEW, attention_mask=mask)
+    assert torch.equal(got, expected)
+
+
 @pytest.mark.parametrize("name", ["q-lora", "q-proj-half", "yarn-mscale"])
 def test_cache_holds_what_hugging_face_caches(name: str) -> None:
-    """Per layer one tensor [c, k^R] (B, S, r + d_R): Hugging Face's compressed cache,
-    its keys (the normalized latents) and values (the rotated shared rope key)."""
+    """Per layer one tensor [c, k^R] (B, 1, S, r + d_R): Hugging Face's compressed
+    cache, its keys (the normalized latents) and values (the rotated shared rope key)."""
     hf = build(name)
     ours = from_hf(hf)
     ids = tokens(2, 10)
@@ -219,8 +269,8 @@ def test_cache_holds_what_hugging_face_caches(name: str) -> None:
         _, past = ours.decode(ids)
     assert len(past) == hf.config.num_hidden_layers
     for layer, (latent,) in zip(cache.layers, past, strict=True):
-        expected = torch.cat((layer.keys[:, 0], layer.values[:, 0]), dim=-1)
-        assert latent.shape == (2, 10, 8 + hf.config.qk_rope_head_dim)
+        expected = torch.cat((layer.keys, layer.values), dim=-1)
+        assert latent.shape == (2, 1, 10, 8 + hf.config.qk_rope_head_dim)
         torch.testing.assert_close(latent, expected, atol=1e-5, rtol=0)
 
 
@@ -419,11 +469,12 @@ def test_cache_bytes_per_token_is_what_the_cache_holds(dtype) -> None:
     measured = _bytes(past) / (B * (L + 1))
     assert cache_bytes_per_token(hf.config, dtype=dtype) == measured
     assert cache_bytes_per_token(ours.spec, dtype=dtype) == measured
+    assert cache_bytes(ours, past).per_token == measured  # decoder's measurement
     # the naive path would up-project to what "mha" counts: every head's key and value
     latent = past[0][0]
     block = ours.blocks[0]
     s = ours.spec
-    kv = block.kv_b_proj(latent[..., : s.kv_lora_rank])
+    kv = block.kv_b_proj(latent[:, 0, :, : s.kv_lora_rank])
     per_head = kv.numel() + latent[..., s.kv_lora_rank :].numel() * s.num_heads
     assert cache_bytes_per_token(hf.config, "mha", dtype=dtype) == (
         per_head * kv.element_size() * s.num_layers / (B * (L + 1))
