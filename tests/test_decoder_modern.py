@@ -426,3 +426,96 @@ def test_unsupported_options_of_the_new_families_are_refused_by_name() -> None:
     }
     with pytest.raises(ValueError, match=r"partial_rotary_factor 0.5 in a olmo2"):
         from_hf(olmo)
+
+
+@pytest.mark.parametrize("name", ["gemma2", "olmo2", "qwen3", "phi3"])
+def test_bfloat16_copy_is_as_close_to_hugging_face_as_its_rounding(name: str) -> None:
+    # within twice the distance between Hugging Face's bfloat16 and float32 logits
+    hf = build(name).to(torch.bfloat16)
+    ids = tokens(2, 24)
+    with torch.no_grad():
+        expected = hf(ids).logits.float()
+        got = from_hf(hf)(ids)
+        exact = from_hf(build(name))(ids)
+    assert got.dtype == torch.bfloat16
+    rounding = (expected - exact).abs().max()
+    assert (got.float() - expected).abs().max() <= 2 * rounding
+
+
+# ---- a family that is not built in, one Port away: StableLM --------------------------
+
+
+def _stablelm_spec(model: nn.Module) -> dict:
+    c = model.config
+    if c.qk_layernorm or c.use_parallel_residual:
+        raise ValueError("qk_layernorm and use_parallel_residual are not ported here")
+    head_dim = c.hidden_size // c.num_attention_heads
+    rope = dict(c.rope_parameters)
+    return dict(
+        family="stablelm",
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads,
+        num_kv_heads=c.num_key_value_heads,
+        head_dim=head_dim,
+        intermediate_size=c.intermediate_size,
+        positions="rope",
+        norm="layer",  # LayerNorm with a bias
+        eps=c.layer_norm_eps,
+        mlp="gated",
+        activation=c.hidden_act,
+        parallel_residual=False,
+        tied_embeddings=model.lm_head.weight is model.model.embed_tokens.weight,
+        qkv_bias=c.use_qkv_bias,
+        max_positions=c.max_position_embeddings,
+        rotary_dim=int(head_dim * rope["partial_rotary_factor"]),  # 1/4 of a head
+        rope={"rope_type": rope["rope_type"], "rope_theta": rope["rope_theta"]},
+        scales=(head_dim**-0.5,) * c.num_hidden_layers,
+    )
+
+
+@torch.no_grad()
+def _stablelm_load(dst: decoder.Decoder, model: nn.Module) -> None:
+    def norm(ours, theirs):
+        ours.weight.copy_(theirs.weight)
+        ours.bias.copy_(theirs.bias)
+
+    base = model.model
+    dst.embed.weight.copy_(base.embed_tokens.weight)
+    norm(dst.final_norm, base.norm)
+    for block, layer in zip(dst.blocks, base.layers, strict=True):
+        norm(block.norm1, layer.input_layernorm)
+        norm(block.norm2, layer.post_attention_layernorm)
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            theirs = getattr(layer.self_attn, name)
+            getattr(block, name).load_state_dict(theirs.state_dict())
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            getattr(block, name).load_state_dict(getattr(layer.mlp, name).state_dict())
+    if not dst.spec.tied_embeddings:
+        dst.lm_head.weight.copy_(model.lm_head.weight)
+
+
+STABLELM = decoder.Port(spec=_stablelm_spec, load=_stablelm_load, layers="model.layers")
+
+
+def test_a_port_copies_stablelm_with_padding_and_generation() -> None:
+    """The porting recipe on a family from_hf does not know (a recipe for the
+    chapter's "Porting a family" section): a spec reader, a loader, the layer list."""
+    cfg = T.StableLmConfig(**{**BASE, "use_qkv_bias": True})
+    torch.manual_seed(0)
+    hf = randomize(T.StableLmForCausalLM(cfg), 0)
+    with pytest.raises(ValueError, match=r"got StableLmForCausalLM \(unsupported"):
+        from_hf(hf)
+    ours = from_hf(hf, port=STABLELM)
+    assert ours.spec.rotary_dim == 2  # partial_rotary_factor 0.25 of head_dim 8
+    ids, mask = left_padded([14, 9, 3], 14)
+    expected = hf_logits(hf, ids, mask)
+    got = ours(ids, attention_mask=mask)
+    torch.testing.assert_close(
+        got[mask.bool()], expected[mask.bool()], atol=TOL, rtol=0
+    )
+    ids, mask = left_padded([PROMPT, 7, 3], PROMPT, seed=3)
+    assert torch.equal(
+        generate(ours, ids, NEW, attention_mask=mask), hf_generate(hf, ids, mask)
+    )
