@@ -872,3 +872,66 @@ def readable(
         if not changed:
             break
     return fig
+
+
+# ---- The rest of the position family (book/04_relative_positions) --------------------
+
+
+def seed_bands(
+    ax: Axes,
+    x: torch.Tensor | np.ndarray | None,
+    runs: Mapping[str, torch.Tensor | np.ndarray],
+    *,
+    smooth: int = 1,
+    yscale: str = "linear",
+    legend: str = "auto",
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+) -> Axes:
+    """One line per label, the mean over seeds, with a lowest-to-highest seed band.
+
+    Runs of different lengths are allowed: shorter ones end early (loss curves of
+    schemes trained for different numbers of steps).
+
+    Args:
+        x: abscissae of the longest run (``None``: ``1, 2, ...``).
+        runs: label -> ``(seeds, n)`` values; ``n`` may differ between labels.
+        smooth: width of a moving average over each seed's values (1 for none).
+        yscale: ``"linear"``, ``"log"`` or ``"log2"``.
+        legend: as :func:`named_series`.
+    """
+    _validate.instance("ax", ax, Axes, "a matplotlib Axes")
+    _labelled("runs", runs, "a dict of label -> (seeds, n) values", "hold a label")
+    smooth = _validate.positive_int("smooth", smooth)
+    arrays = {
+        label: _values(f"runs[{label!r}]", r, ndim=2) for label, r in runs.items()
+    }
+    for label, a in arrays.items():
+        if a.shape[1] < smooth:
+            raise ValueError(
+                f"runs[{label!r}] must have at least smooth = {smooth} values per "
+                f"seed, got {a.shape[1]}"
+            )
+    kernel = np.ones(smooth) / smooth
+    length = max(a.shape[1] for a in arrays.values()) - smooth + 1
+    mean, spread = {}, {}
+    for label, a in arrays.items():
+        s = np.array([np.convolve(r, kernel, mode="valid") for r in a])
+        padded = np.full((s.shape[0], length), np.nan)
+        padded[:, : s.shape[1]] = s
+        mean[label] = padded.mean(axis=0)
+        spread[label] = (padded.min(axis=0), padded.max(axis=0))
+    xs = None if x is None else _values("x", x)[smooth - 1 :]
+    return named_series(
+        ax,
+        xs,
+        mean,
+        spread=spread,
+        yscale=yscale,
+        legend=legend,
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        names=("x", "runs"),
+    )

@@ -56,6 +56,7 @@ Shape legend: ``H`` heads, ``L`` query length, ``S`` key length, ``D`` head widt
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -64,16 +65,28 @@ from torch import Tensor, nn
 
 from companion import _validate
 from companion.attention import _scale, scaled_dot_product_attention
-from companion.model import CausalSelfAttention
+from companion.model import (
+    CausalSelfAttention,
+    ModelConfig,
+    RotarySelfAttention,
+    TinyTransformer,
+    position_accuracy,
+    train_batched,
+)
 from companion.positional import _frequencies, sinusoidal_dot_products
+from companion.rope import rope_frequencies
 
 __all__ = [
+    "PRoPESelfAttention",
+    "PositionComparison",
+    "PositionFamilyTransformer",
     "ShawSelfAttention",
     "T5BiasSelfAttention",
     "T5RelativeBias",
     "TransformerXLSelfAttention",
     "axial_rope_cos_sin",
     "axial_rope_frequencies",
+    "compare_position_schemes",
     "critical_dimension",
     "grid_positions",
     "longrope_attention_factor",
@@ -81,6 +94,8 @@ __all__ = [
     "multimodal_position_ids",
     "multimodal_rope_cos_sin",
     "nope_position_readout",
+    "p_rope_frequencies",
+    "position_family_model",
     "rel_shift",
     "relative_positions",
     "rope_base_lower_bound",
@@ -1407,3 +1422,329 @@ class TransformerXLSelfAttention(CausalSelfAttention):
             query, key, r, self.u.to(query.dtype), self.v.to(query.dtype)
         )  # (B, H, L, S), -inf above the diagonal
         return torch.softmax(scores, dim=-1) @ value
+
+
+# ---- p-RoPE ----------------------------------------------------------------------------
+
+
+def p_rope_frequencies(
+    head_dim: int, fraction: float, *, base: float = 10000.0
+) -> Tensor:
+    r"""p-RoPE's frequencies (Barbero et al., 2024): RoPE with only the fastest
+    fraction ``p`` of its frequencies, the slowest set to zero.
+
+    RoPE's :math:`\theta_i = b^{-2i/D}` for the first :math:`\operatorname{round}(p\,
+    D/2)` pairs (the fastest), :math:`0` for the rest: those pairs do not turn at all
+    and carry content only, at every distance. :math:`p = 1` is RoPE, :math:`p = 0`
+    no position at all.
+
+    Args:
+        head_dim: ``D``, a positive even int.
+        fraction: :math:`p \in [0, 1]`, the fraction of pairs kept.
+        base: the RoPE base :math:`b`, a real > 1.
+
+    Returns:
+        :math:`\theta_i`, float64, for :func:`companion.rope.rope_cos_sin`.
+
+    Shape:
+        output: ``(D/2,)``.
+    """
+    theta = rope_frequencies(head_dim, base=base)  # validates head_dim and base
+    p = _validate.real("fraction", fraction, minimum=0.0, maximum=1.0)
+    kept = round(p * theta.numel())
+    theta[kept:] = 0.0
+    return theta
+
+
+class PRoPESelfAttention(RotarySelfAttention):
+    """Causal self-attention with p-RoPE: :class:`companion.model.RotarySelfAttention`
+    whose frequencies are :func:`p_rope_frequencies`.
+
+    Args:
+        dim: model width ``D``.
+        num_heads: heads ``H``; ``dim / num_heads`` must be even.
+        fraction: :math:`p`, the fraction of the pairs that turn.
+        base: the RoPE base.
+
+    Shape:
+        - input: ``(B, L, D)``
+        - output: ``(B, L, D)``
+    """
+
+    def __init__(
+        self, dim: int, num_heads: int, *, fraction: float = 0.5, base: float = 1e4
+    ) -> None:
+        super().__init__(dim, num_heads, base=base)
+        self.fraction = _validate.real("fraction", fraction, minimum=0.0, maximum=1.0)
+        freqs = p_rope_frequencies(self.head_dim, self.fraction, base=base)
+        self.register_buffer("rope_frequencies", freqs, persistent=False)
+
+
+# ---- the trained comparison ----------------------------------------------------------
+
+COMPARISON_SCHEMES = ("none", "alibi", "rope", "p_rope", "t5", "shaw", "transformer_xl")
+"""The position schemes :func:`compare_position_schemes` trains."""
+
+_LAYER_OPTIONS = {  # the defaults of the comparison: sized for a training length of 16
+    "p_rope": {"fraction": 0.5},
+    "t5": {"num_buckets": 16, "max_distance": 16},
+    "shaw": {"max_relative_position": 8},
+    "transformer_xl": {},
+}
+
+
+class PositionFamilyTransformer(TinyTransformer):
+    """A :class:`companion.model.TinyTransformer` whose attention layers are one of
+    this module's: ``"t5"`` (:class:`T5BiasSelfAttention`), ``"shaw"``
+    (:class:`ShawSelfAttention`), ``"transformer_xl"``
+    (:class:`TransformerXLSelfAttention`) or ``"p_rope"`` (:class:`PRoPESelfAttention`,
+    with ``config.rope_base``).
+
+    Args:
+        config: the sizes; ``config.position`` must be ``"none"`` (the layer is the
+            position scheme).
+        attention: one of the four names above.
+        **options: keyword arguments of that layer (e.g. ``max_relative_position``).
+
+    Shape:
+        as :class:`companion.model.TinyTransformer`.
+    """
+
+    def __init__(self, config: ModelConfig, attention: str, **options: object) -> None:
+        _validate.instance("config", config, ModelConfig, "a ModelConfig")
+        self.attention = _validate.choice("attention", attention, tuple(_LAYER_OPTIONS))
+        if config.position != "none":
+            raise ValueError(
+                "config.position must be 'none' (the attention layer is the position "
+                f"scheme), got {config.position!r}"
+            )
+        self.options = dict(options)
+        super().__init__(config)
+
+    def _attention(self) -> CausalSelfAttention:
+        c, o = self.config, self.options
+        if self.attention == "t5":
+            return T5BiasSelfAttention(c.dim, c.num_heads, **o)  # type: ignore[arg-type]
+        if self.attention == "shaw":
+            return ShawSelfAttention(c.dim, c.num_heads, **o)  # type: ignore[arg-type]
+        if self.attention == "transformer_xl":
+            return TransformerXLSelfAttention(c.dim, c.num_heads, **o)  # type: ignore[arg-type]
+        return PRoPESelfAttention(c.dim, c.num_heads, base=c.rope_base, **o)  # type: ignore[arg-type]
+
+
+def position_family_model(
+    scheme: str, config: ModelConfig, **options: object
+) -> TinyTransformer:
+    """A :class:`companion.model.TinyTransformer` with the position scheme ``scheme``.
+
+    ``"none"``, ``"alibi"``, ``"rope"`` (and ``"sinusoidal"``, ``"learned"``) are
+    :class:`companion.model.TinyTransformer` 's own (``config.position`` is replaced by
+    ``scheme``); ``"t5"``, ``"shaw"``, ``"transformer_xl"`` and ``"p_rope"`` are a
+    :class:`PositionFamilyTransformer` with the comparison's default options
+    (``options`` override them). Seed before calling it for reproducible weights.
+
+    Args:
+        scheme: one of :data:`COMPARISON_SCHEMES` (or ``"sinusoidal"``, ``"learned"``).
+        config: the sizes.
+        **options: options of this module's attention layer.
+    """
+    _validate.instance("config", config, ModelConfig, "a ModelConfig")
+    scheme = _validate.choice(
+        "scheme", scheme, (*COMPARISON_SCHEMES, "sinusoidal", "learned")
+    )
+    if scheme in _LAYER_OPTIONS:
+        config = dataclasses.replace(config, position="none")
+        return PositionFamilyTransformer(
+            config, scheme, **{**_LAYER_OPTIONS[scheme], **options}
+        )
+    if options:
+        raise ValueError(
+            f"options are for this module's attention layers only, got {options} "
+            f"with scheme={scheme!r}"
+        )
+    return TinyTransformer(dataclasses.replace(config, position=scheme))
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionComparison:
+    """What :func:`compare_position_schemes` returns.
+
+    Attributes:
+        schemes: the schemes, in order.
+        seeds: the seeds (one model per scheme and seed).
+        training_length: ``L_0``, the length trained on.
+        lag: the task's lag.
+        losses: scheme -> training loss at each step, ``(seeds, steps)``.
+        accuracy: scheme -> accuracy at each position of the evaluation length,
+            ``(seeds, eval_length)`` (``nan`` at ``t < lag``).
+        models: scheme -> the trained models, one per seed.
+    """
+
+    schemes: tuple[str, ...]
+    seeds: tuple[int, ...]
+    training_length: int
+    lag: int
+    losses: dict[str, Tensor]
+    accuracy: dict[str, Tensor]
+    models: dict[str, list[TinyTransformer]]
+
+    def band(self, scheme: str, start: int, stop: int) -> Tensor:
+        """Each seed's mean accuracy over positions ``start <= t < stop``, ``(seeds,)``."""
+        scheme = _validate.choice("scheme", scheme, self.schemes)
+        return self.accuracy[scheme][:, start:stop].mean(dim=1)
+
+    def inside(self, scheme: str) -> Tensor:
+        """Accuracy on the trained positions ``lag <= t < L_0``, per seed."""
+        return self.band(scheme, self.lag, self.training_length)
+
+    def beyond(self, scheme: str) -> Tensor:
+        """Accuracy on the positions beyond the training length only, ``t >= L_0``,
+        per seed."""
+        eval_length = next(iter(self.accuracy.values())).shape[-1]
+        return self.band(scheme, self.training_length, eval_length)
+
+    def final_loss(self, scheme: str, window: int = 50) -> Tensor:
+        """Each seed's mean training loss over the last ``window`` steps."""
+        scheme = _validate.choice("scheme", scheme, self.schemes)
+        return self.losses[scheme][:, -window:].mean(dim=1)
+
+    def table(self) -> str:
+        """A Markdown table: per scheme, the accuracy inside and beyond ``L_0`` as
+        mean ± standard deviation over the seeds (lowest–highest), and the final loss."""
+
+        def cell(v: Tensor) -> str:
+            sd = v.std(correction=1).item() if v.numel() > 1 else 0.0
+            return f"{v.mean():.3f} ± {sd:.3f} ({v.min():.2f}–{v.max():.2f})"
+
+        eval_length = next(iter(self.accuracy.values())).shape[-1]
+        rows = [
+            f"| scheme | inside: t = {self.lag}–{self.training_length - 1} | beyond "
+            f"only: t = {self.training_length}–{eval_length - 1} | final loss |",
+            "|---|---|---|---|",
+        ]
+        for s in self.schemes:
+            rows.append(
+                f"| {s} | {cell(self.inside(s))} | {cell(self.beyond(s))} | "
+                f"{self.final_loss(s).mean():.3f} |"
+            )
+        return "\n".join(rows)
+
+
+def compare_position_schemes(
+    schemes: Sequence[str] = COMPARISON_SCHEMES,
+    *,
+    seeds: Sequence[int] = (0, 1, 2),
+    steps: int | dict[str, int] = 400,
+    config: ModelConfig | None = None,
+    training_length: int = 16,
+    eval_length: int = 64,
+    lag: int = 2,
+    batch_size: int = 32,
+    lr: float = 1e-2,
+    warmup_steps: int = 50,
+    num_sequences: int = 256,
+    progress: bool = False,
+) -> PositionComparison:
+    """Train every scheme on the lag task with every seed and measure the accuracy at
+    each position up to ``eval_length``.
+
+    The test bench is :mod:`companion.model`'s: a :class:`~companion.model.TinyTransformer`
+    (default: vocabulary 16, width 32, 4 heads, 2 layers) trained by
+    :func:`companion.model.train_batched` (all seeds of a scheme as one batched model,
+    AdamW, linear warm-up then a cosine decay) on :func:`companion.model.lag_task` at
+    ``training_length``, then :func:`companion.model.position_accuracy` on one
+    evaluation batch of ``eval_length`` positions. Seed ``s`` builds its model after
+    ``torch.manual_seed(s)`` and draws its batches from seed ``s``.
+
+    Args:
+        schemes: names from :data:`COMPARISON_SCHEMES` (or ``"sinusoidal"``,
+            ``"learned"``), without repeats.
+        seeds: at least one seed, without repeats.
+        steps: optimization steps per model: one number, or one per scheme (a dict
+            from every scheme to its steps: the slow learners can get more).
+        config: the model sizes (``position`` is set per scheme); ``None`` for the
+            default above.
+        training_length: ``L_0``.
+        eval_length: the evaluation length, more than ``L_0``.
+        lag: the task's lag, less than ``L_0``.
+        batch_size: sequences per step.
+        lr: peak learning rate.
+        warmup_steps: linear warm-up steps.
+        num_sequences: evaluation sequences.
+        progress: print the mean loss while training.
+
+    Returns:
+        A :class:`PositionComparison`.
+    """
+    if isinstance(schemes, str) or not isinstance(schemes, Sequence) or not schemes:
+        raise _validate._fail(
+            TypeError, "schemes", "a non-empty sequence of names", schemes
+        )
+    options = (*COMPARISON_SCHEMES, "sinusoidal", "learned")
+    schemes = tuple(
+        _validate.choice(f"schemes[{i}]", s, options) for i, s in enumerate(schemes)
+    )
+    if len(set(schemes)) != len(schemes):
+        raise ValueError(f"schemes must not repeat a name, got {schemes}")
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
+        raise _validate._fail(TypeError, "seeds", "a non-empty sequence of ints", seeds)
+    seeds = tuple(
+        _validate.integer(f"seeds[{i}]", s, minimum=0) for i, s in enumerate(seeds)
+    )
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must not repeat, got {seeds}")
+    if config is None:
+        config = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
+    _validate.instance("config", config, ModelConfig, "a ModelConfig")
+    training_length = _validate.positive_int("training_length", training_length)
+    eval_length = _validate.positive_int("eval_length", eval_length)
+    if eval_length <= training_length:
+        raise ValueError(
+            f"eval_length must be more than training_length={training_length}, got "
+            f"{eval_length}"
+        )
+    config = dataclasses.replace(config, max_len=max(config.max_len, eval_length))
+    if isinstance(steps, dict):
+        missing = [s for s in schemes if s not in steps]
+        if missing:
+            raise ValueError(
+                f"steps must give every scheme its steps, missing {missing}"
+            )
+        budget = {s: _validate.positive_int(f"steps[{s!r}]", steps[s]) for s in schemes}
+    else:
+        budget = dict.fromkeys(schemes, _validate.positive_int("steps", steps))
+    losses: dict[str, Tensor] = {}
+    accuracy: dict[str, Tensor] = {}
+    models: dict[str, list[TinyTransformer]] = {}
+    for scheme in schemes:
+        nets = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            nets.append(position_family_model(scheme, config))
+        if progress:
+            print(f"{scheme}: seeds {seeds}, {budget[scheme]} steps")
+        runs = train_batched(
+            nets,
+            seeds=seeds,
+            steps=budget[scheme],
+            batch_size=batch_size,
+            length=training_length,
+            lag=lag,
+            lr=lr,
+            warmup_steps=warmup_steps,
+            schedule="cosine",
+            progress=progress,
+        )
+        losses[scheme] = torch.tensor([r.losses for r in runs], dtype=torch.float64)
+        accuracy[scheme] = torch.stack(
+            [
+                position_accuracy(
+                    net, length=eval_length, lag=lag, num_sequences=num_sequences
+                )
+                for net in nets
+            ]
+        )
+        models[scheme] = nets
+    return PositionComparison(
+        schemes, seeds, training_length, lag, losses, accuracy, models
+    )

@@ -18,14 +18,23 @@ import warnings
 import pytest
 import torch
 
-from companion.model import CausalSelfAttention, ModelConfig, TinyTransformer
+from companion.model import (
+    CausalSelfAttention,
+    ModelConfig,
+    RotarySelfAttention,
+    TinyTransformer,
+)
 from companion.relative import (
+    PositionComparison,
+    PositionFamilyTransformer,
+    PRoPESelfAttention,
     ShawSelfAttention,
     T5BiasSelfAttention,
     T5RelativeBias,
     TransformerXLSelfAttention,
     axial_rope_cos_sin,
     axial_rope_frequencies,
+    compare_position_schemes,
     critical_dimension,
     grid_positions,
     longrope_attention_factor,
@@ -33,6 +42,8 @@ from companion.relative import (
     multimodal_position_ids,
     multimodal_rope_cos_sin,
     nope_position_readout,
+    p_rope_frequencies,
+    position_family_model,
     rel_shift,
     relative_positions,
     rope_base_lower_bound,
@@ -46,6 +57,11 @@ from companion.relative import (
     transformer_xl_scores,
 )
 from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
+
+_TINY = ModelConfig(vocab_size=8, dim=16, num_heads=2, num_layers=1)
+_COMPARISON = PositionComparison(
+    ("none",), (0,), 4, 1, {"none": torch.zeros(1, 3)}, {"none": torch.ones(1, 8)}, {}
+)
 
 transformers = pytest.importorskip("transformers")
 with warnings.catch_warnings():
@@ -1146,6 +1162,80 @@ BAD_INPUTS = [
         ValueError,
         r"^rtol must be a real number > 0, got 0.0",
     ),
+    (
+        "p_rope_frequencies",
+        lambda: p_rope_frequencies(8, 1.5),
+        ValueError,
+        r"^fraction must be a real number <= 1",
+    ),
+    (
+        "p_rope_frequencies",
+        lambda: p_rope_frequencies(7, 0.5),
+        ValueError,
+        r"^head_dim must be",
+    ),
+    (
+        "PRoPESelfAttention",
+        lambda: PRoPESelfAttention(16, 4, fraction=-0.1),
+        ValueError,
+        r"^fraction must be a real number >= 0",
+    ),
+    (
+        "PositionFamilyTransformer",
+        lambda: PositionFamilyTransformer(_TINY, "rope"),
+        ValueError,
+        r"^attention must be one of",
+    ),
+    (
+        "PositionFamilyTransformer",
+        lambda: PositionFamilyTransformer(
+            ModelConfig(vocab_size=8, dim=16, num_heads=2, position="rope"), "t5"
+        ),
+        ValueError,
+        r"^config.position must be 'none'",
+    ),
+    (
+        "position_family_model",
+        lambda: position_family_model("xl", _TINY),
+        ValueError,
+        r"^scheme must be one of",
+    ),
+    (
+        "position_family_model",
+        lambda: position_family_model("rope", _TINY, fraction=0.5),
+        ValueError,
+        r"^options are for this module's attention layers only",
+    ),
+    (
+        "compare_position_schemes",
+        lambda: compare_position_schemes(("rope", "rope")),
+        ValueError,
+        r"^schemes must not repeat a name",
+    ),
+    (
+        "compare_position_schemes",
+        lambda: compare_position_schemes("rope"),
+        TypeError,
+        r"^schemes must be a non-empty sequence of names",
+    ),
+    (
+        "compare_position_schemes",
+        lambda: compare_position_schemes(seeds=(0, 0)),
+        ValueError,
+        r"^seeds must not repeat",
+    ),
+    (
+        "compare_position_schemes",
+        lambda: compare_position_schemes(training_length=16, eval_length=16),
+        ValueError,
+        r"^eval_length must be more than training_length=16",
+    ),
+    (
+        "PositionComparison.band",
+        lambda: _COMPARISON.band("t5", 0, 4),
+        ValueError,
+        r"^scheme must be one of",
+    ),
 ]
 
 
@@ -1171,3 +1261,83 @@ def test_empty_inputs_give_the_empty_answer() -> None:
     assert transformer_xl_encoding(0, 4).shape == (0, 4)
     cos, _ = axial_rope_cos_sin(grid_positions(0, 3), axial_rope_frequencies(8))
     assert cos.shape == (0, 4)
+
+
+# ---- p-RoPE and the comparison's models ---------------------------------------------
+
+
+def test_p_rope_keeps_the_fastest_pairs() -> None:
+    theta = rope_frequencies(128, base=5e5)
+    for p, kept in ((1.0, 64), (0.75, 48), (0.25, 16), (0.0, 0)):
+        out = p_rope_frequencies(128, p, base=5e5)
+        assert torch.equal(out[:kept], theta[:kept])
+        assert (out[kept:] == 0).all()
+
+
+def test_p_rope_attention_is_rope_with_frozen_slow_pairs() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    full = PRoPESelfAttention(16, 2, fraction=1.0).double()
+    none = PRoPESelfAttention(16, 2, fraction=0.0).double()
+    plain = CausalSelfAttention(16, 2).double()
+    none.load_state_dict(full.state_dict())
+    plain.load_state_dict(full.state_dict())
+    rotary = RotarySelfAttention(16, 2).double()
+    rotary.load_state_dict(full.state_dict())
+    assert torch.allclose(full(x), rotary(x), atol=1e-12)  # p = 1: RoPE
+    assert torch.allclose(none(x), plain(x), atol=1e-12)  # p = 0: no position
+    half = PRoPESelfAttention(16, 2, fraction=0.5)
+    assert half.rope_frequencies.tolist()[2:] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("scheme", ["t5", "shaw", "transformer_xl", "p_rope"])
+def test_position_family_model_builds_each_layer(scheme) -> None:
+    torch.manual_seed(0)
+    net = position_family_model(scheme, _TINY)
+    assert isinstance(net, PositionFamilyTransformer)
+    assert net.config.position == "none"
+    kinds = {type(m).__name__ for m in net.modules()}
+    expected = {
+        "t5": "T5BiasSelfAttention",
+        "shaw": "ShawSelfAttention",
+        "transformer_xl": "TransformerXLSelfAttention",
+        "p_rope": "PRoPESelfAttention",
+    }[scheme]
+    assert expected in kinds, kinds
+    out = net(torch.randint(8, (2, 5)))
+    assert out.shape == (2, 5, 8)
+    assert position_family_model("alibi", _TINY).config.position == "alibi"
+
+
+def test_compare_position_schemes_small() -> None:
+    result = compare_position_schemes(
+        ("none", "shaw"),
+        seeds=(0, 1),
+        steps=3,
+        config=_TINY,
+        training_length=6,
+        eval_length=10,
+        lag=2,
+        batch_size=4,
+        num_sequences=8,
+    )
+    assert result.schemes == ("none", "shaw") and result.seeds == (0, 1)
+    assert result.losses["shaw"].shape == (2, 3)
+    assert result.accuracy["none"].shape == (2, 10)
+    assert result.inside("shaw").shape == (2,)
+    expected = result.accuracy["shaw"][:, 6:].mean(dim=1)
+    assert torch.equal(result.beyond("shaw"), expected)
+    assert result.table().count("\n") == 3
+    # the same seeds give the same run
+    again = compare_position_schemes(
+        ("shaw",),
+        seeds=(0, 1),
+        steps=3,
+        config=_TINY,
+        training_length=6,
+        eval_length=10,
+        lag=2,
+        batch_size=4,
+        num_sequences=8,
+    )
+    assert torch.equal(again.losses["shaw"], result.losses["shaw"])
