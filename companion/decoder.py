@@ -814,8 +814,7 @@ class Decoder(nn.Module):
         if pad is None:
             positions = torch.arange(past_length, S, device=ids.device).expand(B, L)
         else:  # Hugging Face's generate: cumsum - 1, padding at 0
-            full = (pad.long().cumsum(-1) - 1).masked_fill(~pad, 0)  # (B, S)
-            positions = full[:, past_length:]  # (B, L)
+            positions = _padding_positions(pad)[:, past_length:]  # (B, L)
         s = self.spec
         x = self.embed(ids)  # (B, L, E)
         if s.embedding_scale != 1.0:  # Gemma: sqrt(E) rounded to the dtype first
@@ -879,7 +878,7 @@ class Decoder(nn.Module):
         if pad is None:  # -m_h (i - j), -inf after the query: (H, L, S)
             bias = alibi_bias(s.num_heads, L, S, dtype=x.dtype, device=device)
             return bias.expand(B, -1, -1, -1)  # (B, H, L, S)
-        pos = (pad.long().cumsum(-1) - 1).masked_fill(~pad, 0)  # (B, S)
+        pos = _padding_positions(pad)  # (B, S)
         slopes = alibi_slopes(s.num_heads, dtype=torch.float32, device=device)
         distance = (pos[:, S - L :, None] - pos[:, None, :]).float()  # (B, L, S)
         bias = -slopes[None, :, None, None] * distance[:, None]  # (B, H, L, S)
@@ -897,6 +896,14 @@ class Decoder(nn.Module):
                 (see :meth:`decode`).
         """
         return self.decode(input_ids, attention_mask=attention_mask)[0]
+
+
+def _padding_positions(pad: Tensor) -> Tensor:
+    """Each row's positions ``(B, S)``: ``cumsum(mask) - 1``, 0 at padding
+    (:func:`companion.modern.padding_position_ids`, Hugging Face's ``generate``)."""
+    from companion.modern import padding_position_ids  # the chapter's function
+
+    return padding_position_ids(pad)
 
 
 def _check_input_ids(input_ids: object) -> Tensor:
