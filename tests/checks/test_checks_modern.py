@@ -1,0 +1,193 @@
+"""Chapter 9's checkers (sliding windows, padding, sinks, porting StableLM): correct
+answers in several styles pass (lists, NumPy, tensors; Hugging Face's own position
+formula); each named mistake is named; a stub is "not attempted yet"."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from companion import modern
+from companion.checks import CheckError
+from companion.checks import modern as checks
+
+pytest.importorskip("transformers")
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+# ---- check_receptive_field -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda windows: sum(w - 1 for w in windows),
+        lambda windows: float(np.sum(np.asarray(windows) - 1)),
+        lambda windows: torch.tensor(windows).sub(1).sum(),
+        modern.receptive_field,
+    ],
+    ids=["python", "numpy", "torch", "companion"],
+)
+def test_receptive_field_accepts(answer) -> None:
+    assert checks.check_receptive_field(answer)
+
+
+def test_receptive_field_names(named) -> None:
+    named(lambda: checks.check_receptive_field(sum), "window counted as W back")
+    named(
+        lambda: checks.check_receptive_field(lambda w: max(w) - 1),
+        "largest window only",
+    )
+    named(
+        lambda: checks.check_receptive_field(lambda w: int(np.prod(w))),
+        "windows multiplied",
+    )
+
+
+# ---- check_sink_cache_keep -----------------------------------------------------------
+
+
+def keep_list(length, sinks, window):
+    return [t for t in range(length) if t < sinks or t >= length - window]
+
+
+def keep_torch(length, sinks, window):
+    idx = torch.arange(length)
+    return idx[(idx < sinks) | (idx >= length - window)]
+
+
+@pytest.mark.parametrize("answer", [keep_list, keep_torch], ids=["list", "torch"])
+def test_sink_cache_keep_accepts(answer) -> None:
+    assert checks.check_sink_cache_keep(answer)
+
+
+def test_sink_cache_keep_names(named) -> None:
+    named(
+        lambda: checks.check_sink_cache_keep(
+            lambda n, s, w: list(range(max(0, n - w), n))
+        ),
+        "sinks dropped",
+    )
+    named(
+        lambda: checks.check_sink_cache_keep(
+            lambda n, s, w: [t for t in range(n) if t < s or t >= n - w - 1]
+        ),
+        "one token too many",
+    )
+    named(
+        lambda: checks.check_sink_cache_keep(
+            lambda n, s, w: list(range(min(s, n))) + list(range(max(0, n - w), n))
+        ),
+        "sinks repeated",
+    )
+
+
+# ---- check_padding_position_ids ------------------------------------------------------
+
+
+def positions_hf(attention_mask):
+    """Hugging Face's generate (transformers 5.23), verbatim."""
+    position_ids = attention_mask.long().cumsum(-1) - 1
+    return position_ids.masked_fill(attention_mask == 0, 0)
+
+
+def positions_loop(attention_mask):
+    rows = []
+    for row in attention_mask.tolist():
+        count, out = 0, []
+        for m in row:
+            out.append(count if m else 0)
+            count += m
+        rows.append(out)
+    return rows
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [positions_hf, positions_loop, modern.padding_position_ids],
+    ids=["hf", "loop", "companion"],
+)
+def test_padding_position_ids_accepts(answer) -> None:
+    assert checks.check_padding_position_ids(answer)
+
+
+def test_padding_position_ids_names(named) -> None:
+    named(
+        lambda: checks.check_padding_position_ids(
+            lambda m: torch.arange(m.shape[1]).expand_as(m)
+        ),
+        "padding ignored",
+    )
+    named(
+        lambda: checks.check_padding_position_ids(
+            lambda m: m.cumsum(-1).masked_fill(m == 0, 0)
+        ),
+        "cumsum without the - 1",
+    )
+    named(
+        lambda: checks.check_padding_position_ids(lambda m: m.cumsum(-1) - 1),
+        "padding left at -1",
+    )
+
+
+def test_padding_position_ids_float_answer_is_refused() -> None:
+    with pytest.raises(CheckError, match="integer"):
+        checks.check_padding_position_ids(lambda m: positions_hf(m).double())
+
+
+# ---- check_stablelm_port -------------------------------------------------------------
+
+
+def test_stablelm_port_accepts_the_reference() -> None:
+    assert checks.check_stablelm_port(lambda: checks._stablelm_port())
+
+
+@pytest.mark.parametrize(
+    ("mistake", "name"),
+    [
+        ("full", "RoPE on the whole head"),
+        ("rms", "RMSNorm instead of LayerNorm"),
+        ("bias", "LayerNorm biases not copied"),
+    ],
+)
+def test_stablelm_port_names(named, mistake: str, name: str) -> None:
+    named(
+        lambda: checks.check_stablelm_port(lambda: checks._stablelm_port(mistake)), name
+    )
+
+
+def test_stablelm_port_not_a_port_and_a_failing_spec() -> None:
+    with pytest.raises(CheckError, match="returns a Port"):
+        checks.check_stablelm_port(lambda: {"spec": None})
+
+    def broken():
+        port = checks._stablelm_port()
+
+        def spec(model):
+            raise KeyError("num_layers")
+
+        return type(port)(spec=spec, load=port.load, layers=port.layers)
+
+    with pytest.raises(CheckError, match="from_hf builds the copy"):
+        checks.check_stablelm_port(broken)
+    with pytest.raises(TypeError, match="stablelm_port must be callable"):
+        checks.check_stablelm_port(None)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        checks.check_receptive_field,
+        checks.check_sink_cache_keep,
+        checks.check_padding_position_ids,
+        checks.check_stablelm_port,
+    ],
+)
+def test_stub_is_not_attempted(check, capsys) -> None:
+    result = check(_stub)
+    assert result == False  # noqa: E712 - a CheckResult compares equal to False
+    assert "not attempted yet" in capsys.readouterr().out
