@@ -1,0 +1,182 @@
+r"""Checkers for multi-head latent attention (:mod:`companion.mla`) in chapter 9
+(:ref:`ch-modern`): the cache it keeps and the absorbed scores."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor
+
+from companion.checks._core import Case, Mistake, checker
+
+__all__ = ["check_absorbed_scores", "check_mla_cache_bytes"]
+
+
+def _bytes(n: float) -> Tensor:
+    return torch.tensor(float(n), dtype=torch.float64)  # exact below 2**53
+
+
+@checker
+def check_mla_cache_bytes(mla_cache_bytes: Callable[..., object]) -> Iterator[Case]:
+    r"""Check ``mla_cache_bytes(num_layers, num_heads, kv_lora_rank, qk_rope_head_dim,
+    bytes_per_element, tokens)``: the bytes MLA's cache holds.
+
+    Each layer keeps, per token, the latent :math:`c` (``kv_lora_rank`` numbers) and the
+    one rope key :math:`k^R` that all heads share (``qk_rope_head_dim``):
+    :math:`n_\text{layers} (r + d_R)\, b\, T`, whatever the number of heads. The answer
+    may be a Python number or a 0-d tensor. Named mistakes: "rope key cached per head",
+    "latent cached twice", "rope key left out", "one layer only".
+
+    Args:
+        mla_cache_bytes: a function of six ints returning the number of bytes.
+
+    Returns:
+        ``True`` when every case passes; ``False`` for the exercise's stub.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    # (layers, heads, r, d_R, bytes, tokens): DeepSeek-V3 (HF's DeepseekV3Config
+    # defaults), the same at 4096 tokens in float32, a small one
+    for layers, heads, r, dr, size, tokens in (
+        (61, 128, 512, 64, 2, 1),
+        (61, 128, 512, 64, 4, 4096),
+        (3, 4, 8, 4, 8, 10),
+    ):
+        per = layers * size * tokens
+        yield Case(
+            f"layers x (kv_lora_rank + qk_rope_head_dim) x bytes x tokens ({tokens})",
+            {
+                "num_layers": layers,
+                "num_heads": heads,
+                "kv_lora_rank": r,
+                "qk_rope_head_dim": dr,
+                "bytes_per_element": size,
+                "tokens": tokens,
+            },
+            _bytes(per * (r + dr)),
+            [
+                Mistake(
+                    "rope key cached per head",
+                    "the rope key k^R is ONE head shared by all query heads (as in "
+                    "multi-query attention): qk_rope_head_dim numbers per token, not "
+                    "num_heads times that.",
+                    _bytes(per * (r + heads * dr)),
+                ),
+                Mistake(
+                    "latent cached twice",
+                    "keys and values are both read from the same latent c: it is "
+                    "cached once, not once for keys and once for values.",
+                    _bytes(per * (2 * r + dr)),
+                ),
+                Mistake(
+                    "rope key left out",
+                    "besides the latent, each token's rotated rope key is cached (it "
+                    "cannot be rebuilt from c: it was projected from x).",
+                    _bytes(per * r),
+                ),
+                Mistake(
+                    "one layer only",
+                    f"every one of the {layers} layers has its own latent cache.",
+                    _bytes(size * tokens * (r + dr)),
+                ),
+            ],
+            atol=0.5,
+            rtol=0.0,
+        )
+
+
+def _inputs(
+    heads: int, length: int, keys: int, nope: int, rope: int, rank: int, seed: int
+) -> dict[str, object]:
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    return {
+        "q_nope": randn(heads, length, nope),
+        "q_rope": randn(heads, length, rope),
+        "latent": randn(keys, rank),
+        "k_rope": randn(keys, rope),
+        "w_uk": randn(heads, nope, rank) / rank**0.5,
+        "scale": (nope + rope) ** -0.5,
+    }
+
+
+def _naive_scores(q_nope, q_rope, latent, k_rope, w_uk, scale) -> Tensor:
+    """Per-head keys up-projected from the latents, then ordinary scores."""
+    k_nope = torch.einsum("sr,hdr->hsd", latent, w_uk)  # (H, S, dn)
+    return scale * (q_nope @ k_nope.mT + q_rope @ k_rope.T)  # (H, L, S)
+
+
+@checker
+def check_absorbed_scores(absorbed_scores: Callable[..., Tensor]) -> Iterator[Case]:
+    r"""Check ``absorbed_scores(q_nope, q_rope, latent, k_rope, w_uk, scale)``: MLA's
+    scores read from the latent cache, without forming a key per head.
+
+    Head :math:`h`'s score of query :math:`i` and cached token :math:`j` is
+    :math:`\text{scale}\,\bigl[(q^C_{h,i} W_{UK,h}) \cdot c_j
+    + q^R_{h,i} \cdot k^R_j\bigr]`: :math:`W_{UK,h}` (``w_uk[h]``, ``(dn, r)``, the
+    rows of ``kv_b_proj`` that make head :math:`h`'s key ``k^C = c W_UK,h^T``) is
+    multiplied into the query, and the rope part adds the one shared rope key. The
+    reference forms the keys (``c W_UK,h^T``) and takes ordinary dot products; the
+    answer must equal it. Named mistakes: "rope part left out", "W_UK transposed",
+    "scale left out", "rope part not scaled".
+
+    Args:
+        absorbed_scores: a function of ``q_nope (H, L, dn)``, ``q_rope (H, L, dR)``
+            (already rotated), ``latent (S, r)``, ``k_rope (S, dR)`` (rotated),
+            ``w_uk (H, dn, r)`` and the float ``scale``, returning ``(H, L, S)``.
+
+    Returns:
+        ``True`` when every case passes; ``False`` for the exercise's stub.
+
+    Raises:
+        CheckError: naming the property that failed, the input, expected and got.
+    """
+    # (H, L, S, dn, dR, r): a prefill; one decoding query with dn == r, where a
+    # transposed W_UK still fits
+    for shape, seed in (((2, 3, 5, 4, 2, 6), 0), ((3, 1, 7, 4, 4, 4), 1)):
+        x = _inputs(*shape, seed=seed)
+        right = _naive_scores(**x)
+        nope = torch.einsum("hld,hdr,sr->hls", x["q_nope"], x["w_uk"], x["latent"])
+        rope = x["q_rope"] @ x["k_rope"].T
+        mistakes = [
+            Mistake(
+                "rope part left out",
+                "the score adds the rope part q^R . k^R (RoPE on a 64-wide part "
+                "of each head, with the shared rope key) to the absorbed part.",
+                x["scale"] * nope,
+            ),
+            Mistake(
+                "scale left out",
+                "both parts are multiplied by the softmax scale (1/sqrt(dn + dR), "
+                "times DeepSeek's mscale^2 with YaRN).",
+                nope + rope,
+            ),
+            Mistake(
+                "rope part not scaled",
+                "the scale multiplies the whole score, the rope part too.",
+                x["scale"] * nope + rope,
+            ),
+        ]
+        if shape[3] == shape[5]:  # dn == r: a transposed W_UK has the right shape
+            wrong = torch.einsum("hld,hrd,sr->hls", x["q_nope"], x["w_uk"], x["latent"])
+            mistakes.append(
+                Mistake(
+                    "W_UK transposed",
+                    "head h's key is k^C = c W_UK,h^T (w_uk[h] is (dn, r)), so the "
+                    "absorbed query is q^C W_UK,h, of width r: q_nope[h] @ w_uk[h].",
+                    x["scale"] * (wrong + rope),
+                )
+            )
+        yield Case(
+            f"equals the scores of the up-projected keys (H, L, S) = {shape[:3]}",
+            x,
+            right,
+            mistakes,
+            atol=1e-10,
+            rtol=1e-10,
+        )
