@@ -8,14 +8,17 @@ DeepSeek-V3), and every head's key and value are linear in it: head :math:`h` re
 needs caching, not :math:`H` keys and values.
 
 **Why RoPE blocks the obvious trick.** Without positions the score of query
-:math:`q_h = x_m W_{Q,h}` and key :math:`k_h = c_n W_{UK,h}` is
-:math:`x_m W_{Q,h} W_{UK,h}^\top c_n^\top`: the product :math:`W_{Q,h}W_{UK,h}^\top` is one
-fixed matrix, so the key never has to be formed (the query is *absorbed* into the latent
-space, width :math:`r`). With RoPE on the keys the score is
-:math:`x_m W_{Q,h} R(m)^\top R(n)\,W_{UK,h}^\top c_n^\top` in the book's row convention,
-and :math:`R(m)^\top R(n) = R(n - m)` sits *between* :math:`W_{Q,h}` and
+:math:`q_h = x_m W_{Q,h}` and key :math:`k_h = c_n W_{UK,h}` (row vectors, as in the
+book) is :math:`x_m W_{Q,h} W_{UK,h}^\top c_n^\top`: the product
+:math:`W_{Q,h}W_{UK,h}^\top` is one fixed matrix, so the key never has to be formed (the
+query is *absorbed* into the latent space, width :math:`r`). With RoPE on queries and
+keys the score is :math:`\langle x_m W_{Q,h} R_m,\ c_n W_{UK,h} R_n\rangle =
+x_m W_{Q,h}\, R_m R_n^\top\, W_{UK,h}^\top c_n^\top`, and the book's relative identity
+:math:`R_m R_n^\top = R_{m-n}` sits *between* :math:`W_{Q,h}` and
 :math:`W_{UK,h}^\top`: it depends on the pair of positions, so no single matrix absorbs
 it, and every cached latent would have to be up-projected and rotated again at each step.
+(In the column convention of most papers the same matrix is
+:math:`R(m)^\top R(n) = R(n - m)`.)
 
 **Decoupled RoPE** fixes it by splitting each head's query and key in two: a *nope* part
 (``qk_nope_head_dim``) that carries no position, whose score
@@ -101,7 +104,9 @@ class MLASpec(DecoderSpec):
     ``num_heads`` (every head has its own key and value, up-projected from one latent);
     ``scales`` holds the softmax scale of each layer, :func:`mla_softmax_scale`.
 
-    Args (beyond DecoderSpec's):
+    The fields beyond DecoderSpec's:
+
+    Args:
         q_lora_rank: ``None`` (one projection ``q_proj``) or the rank of the low-rank
             query, ``q_a_proj`` (down) -> RMSNorm -> ``q_b_proj`` (up); 1536 in
             DeepSeek-V3.
@@ -115,11 +120,26 @@ class MLASpec(DecoderSpec):
             ``(i, i + d_R/2)``.
         latent_eps: the epsilon of the two latent RMSNorms (Hugging Face builds them with
             its default ``1e-6``, not ``rms_norm_eps``).
+        n_routed_experts: experts of a mixture-of-experts layer (256 in DeepSeek-V3);
+            ``0``: every layer has the dense MLP.
+        first_k_dense_replace: layers ``0 .. first_k_dense_replace - 1`` are dense, the
+            rest mixtures of experts (3 of 61).
+        moe_intermediate_size: the hidden width of one expert (2048).
+        num_experts_per_tok: experts each token is sent to (8).
+        n_group: groups the experts are split into for routing (8).
+        topk_group: groups a token may use (4).
+        n_shared_experts: experts every token goes through, as one gated MLP of width
+            ``moe_intermediate_size * n_shared_experts`` (1).
+        norm_topk_prob: the chosen weights are normalized to sum to 1.
+        routed_scaling_factor: factor on the chosen weights (2.5).
 
     Every field is checked when the record is made (``TypeError``/``ValueError`` naming
     the field): positive sizes, an even ``qk_rope_head_dim``, ``head_dim`` and
-    ``rotary_dim`` consistent with the two parts, ``num_kv_heads == num_heads``, and the
-    choices MLA's block fixes (RoPE positions, RMSNorm, a gated MLP, serial residual).
+    ``rotary_dim`` consistent with the two parts, ``num_kv_heads == num_heads``, the
+    choices MLA's block fixes (RoPE positions, RMSNorm, a gated MLP, serial residual),
+    and for experts: ``n_group`` dividing ``n_routed_experts`` into groups of at least
+    two, ``topk_group <= n_group``, ``num_experts_per_tok`` reachable in
+    ``topk_group`` groups.
     """
 
     q_lora_rank: int | None = None

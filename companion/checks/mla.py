@@ -100,14 +100,14 @@ def _inputs(
         "q_rope": randn(heads, length, rope),
         "latent": randn(keys, rank),
         "k_rope": randn(keys, rope),
-        "w_uk": randn(heads, nope, rank) / rank**0.5,
+        "w_uk": randn(heads, rank, nope) / rank**0.5,
         "scale": (nope + rope) ** -0.5,
     }
 
 
 def _naive_scores(q_nope, q_rope, latent, k_rope, w_uk, scale) -> Tensor:
     """Per-head keys up-projected from the latents, then ordinary scores."""
-    k_nope = torch.einsum("sr,hdr->hsd", latent, w_uk)  # (H, S, dn)
+    k_nope = torch.einsum("sr,hrd->hsd", latent, w_uk)  # (H, S, dn): k^C = c W_UK,h
     return scale * (q_nope @ k_nope.mT + q_rope @ k_rope.T)  # (H, L, S)
 
 
@@ -116,19 +116,20 @@ def check_absorbed_scores(absorbed_scores: Callable[..., Tensor]) -> Iterator[Ca
     r"""Check ``absorbed_scores(q_nope, q_rope, latent, k_rope, w_uk, scale)``: MLA's
     scores read from the latent cache, without forming a key per head.
 
-    Head :math:`h`'s score of query :math:`i` and cached token :math:`j` is
-    :math:`\text{scale}\,\bigl[(q^C_{h,i} W_{UK,h}) \cdot c_j
-    + q^R_{h,i} \cdot k^R_j\bigr]`: :math:`W_{UK,h}` (``w_uk[h]``, ``(dn, r)``, the
-    rows of ``kv_b_proj`` that make head :math:`h`'s key ``k^C = c W_UK,h^T``) is
-    multiplied into the query, and the rope part adds the one shared rope key. The
-    reference forms the keys (``c W_UK,h^T``) and takes ordinary dot products; the
-    answer must equal it. Named mistakes: "rope part left out", "W_UK transposed",
-    "scale left out", "rope part not scaled".
+    Head :math:`h`'s key is :math:`k^C_{h,j} = c_j W_{UK,h}` (row convention,
+    ``w_uk[h]`` of shape ``(r, dn)``; ``kv_b_proj.weight`` stores its transpose), so its
+    score of query :math:`i` and cached token :math:`j` is
+    :math:`\text{scale}\,\bigl[(q^C_{h,i} W_{UK,h}^\top) \cdot c_j
+    + q^R_{h,i} \cdot k^R_j\bigr]`: :math:`W_{UK,h}^\top` is multiplied into the query
+    (width :math:`r`), and the rope part adds the one shared rope key. The reference
+    forms the keys and takes ordinary dot products; the answer must equal it. Named
+    mistakes: "rope part left out", "W_UK transposed", "scale left out", "rope part
+    not scaled".
 
     Args:
         absorbed_scores: a function of ``q_nope (H, L, dn)``, ``q_rope (H, L, dR)``
             (already rotated), ``latent (S, r)``, ``k_rope (S, dR)`` (rotated),
-            ``w_uk (H, dn, r)`` and the float ``scale``, returning ``(H, L, S)``.
+            ``w_uk (H, r, dn)`` and the float ``scale``, returning ``(H, L, S)``.
 
     Returns:
         ``True`` when every case passes; ``False`` for the exercise's stub.
@@ -141,7 +142,7 @@ def check_absorbed_scores(absorbed_scores: Callable[..., Tensor]) -> Iterator[Ca
     for shape, seed in (((2, 3, 5, 4, 2, 6), 0), ((3, 1, 7, 4, 4, 4), 1)):
         x = _inputs(*shape, seed=seed)
         right = _naive_scores(**x)
-        nope = torch.einsum("hld,hdr,sr->hls", x["q_nope"], x["w_uk"], x["latent"])
+        nope = torch.einsum("hld,hrd,sr->hls", x["q_nope"], x["w_uk"], x["latent"])
         rope = x["q_rope"] @ x["k_rope"].T
         mistakes = [
             Mistake(
@@ -163,12 +164,13 @@ def check_absorbed_scores(absorbed_scores: Callable[..., Tensor]) -> Iterator[Ca
             ),
         ]
         if shape[3] == shape[5]:  # dn == r: a transposed W_UK has the right shape
-            wrong = torch.einsum("hld,hrd,sr->hls", x["q_nope"], x["w_uk"], x["latent"])
+            wrong = torch.einsum("hld,hdr,sr->hls", x["q_nope"], x["w_uk"], x["latent"])
             mistakes.append(
                 Mistake(
                     "W_UK transposed",
-                    "head h's key is k^C = c W_UK,h^T (w_uk[h] is (dn, r)), so the "
-                    "absorbed query is q^C W_UK,h, of width r: q_nope[h] @ w_uk[h].",
+                    "head h's key is k^C = c W_UK,h (w_uk[h] is (r, dn)), so the "
+                    "absorbed query is q^C W_UK,h^T, of width r: "
+                    "q_nope[h] @ w_uk[h].T.",
                     x["scale"] * (wrong + rope),
                 )
             )

@@ -39,13 +39,13 @@ def test_mla_cache_bytes_stub_is_not_attempted() -> None:
 
 
 def _einsum(q_nope, q_rope, latent, k_rope, w_uk, scale):
-    q = torch.einsum("hld,hdr->hlr", q_nope, w_uk)  # W_UK absorbed into the query
+    q = torch.einsum("hld,hrd->hlr", q_nope, w_uk)  # W_UK^T absorbed into the query
     return scale * (q @ latent.T + q_rope @ k_rope.T)
 
 
 def _concatenated(q_nope, q_rope, latent, k_rope, w_uk, scale):
     """One key of width r + dR, shared by all heads: MQA over the cache [c, k^R]."""
-    q = torch.cat((q_nope @ w_uk, q_rope), dim=-1)  # (H, L, r + dR)
+    q = torch.cat((q_nope @ w_uk.mT, q_rope), dim=-1)  # (H, L, r + dR)
     key = torch.cat((latent, k_rope), dim=-1)  # (S, r + dR)
     return (q @ key.T) * scale
 
@@ -75,13 +75,13 @@ def test_absorbed_scores_needs_float64_accuracy() -> None:
 
 def test_absorbed_scores_names_each_mistake(named) -> None:
     def no_rope(q_nope, q_rope, latent, k_rope, w_uk, scale):
-        return scale * (q_nope @ w_uk @ latent.T)
+        return scale * (q_nope @ w_uk.mT @ latent.T)
 
     def no_scale(q_nope, q_rope, latent, k_rope, w_uk, scale):
         return _einsum(q_nope, q_rope, latent, k_rope, w_uk, 1.0)
 
     def rope_unscaled(q_nope, q_rope, latent, k_rope, w_uk, scale):
-        return scale * (q_nope @ w_uk @ latent.T) + q_rope @ k_rope.T
+        return scale * (q_nope @ w_uk.mT @ latent.T) + q_rope @ k_rope.T
 
     named(lambda: check_absorbed_scores(no_rope), "rope part left out")
     named(lambda: check_absorbed_scores(no_scale), "scale left out")
@@ -96,7 +96,7 @@ def test_absorbed_scores_names_a_transposed_w_uk_where_it_fits(named) -> None:
     from companion.checks import CheckError
 
     def transposed(q_nope, q_rope, latent, k_rope, w_uk, scale):
-        q = q_nope @ w_uk.mT
+        q = q_nope @ w_uk  # W_UK where W_UK^T belongs
         return scale * (q @ latent.T + q_rope @ k_rope.T)
 
     def transposed_where_square(q_nope, q_rope, latent, k_rope, w_uk, scale):
