@@ -87,3 +87,68 @@ def test_base_bound_at_1024_matches_the_paper() -> None:
     assert float(rope_decay_sum(m, 128, base=bound).min()) >= 0
     assert float(rope_decay_sum(m, 128, base=4200.0).min()) < 0
     assert float(rope_decay_sum(m, 128, base=5000.0).min()) < 0  # the gap above it
+
+
+# ---- the chapter's other numbers ----------------------------------------------------
+
+
+def test_real_models_against_the_decay_sum() -> None:
+    """The table of the section on the base: min B(m) over m <= context, the first
+    negative m, the critical dimension (D = 128)."""
+    from companion.relative import critical_dimension
+
+    expected = {  # base, context -> (min B rounded, first negative m, critical dim)
+        (1e4, 4096): (-8.36, 1707, 92),
+        (5e5, 8192): (5.97, None, 70),
+        (1e6, 32768): (-0.78, 27115, 80),
+        (5e5, 131072): (-14.53, 18438, 98),
+    }
+    for (base, context), (low, first, dims) in expected.items():
+        b = rope_decay_sum(torch.arange(context + 1), 128, base=base)
+        assert round(float(b.min()), 2) == low
+        negative = torch.nonzero(b < 0).flatten()
+        assert (int(negative[0]) if negative.numel() else None) == first
+        assert critical_dimension(128, base, context) == dims
+    assert critical_dimension(8, 1e4, 16) == 2  # the test bench
+
+
+def test_nope_signal_shrinks() -> None:
+    from companion.relative import nope_position_readout
+
+    out, position = nope_position_readout(64)
+    assert (position - torch.arange(64.0, dtype=torch.float64)).abs().max() < 1e-10
+    ratio = (out[15] - out[16]) / (out[62] - out[63])
+    assert round(float(ratio), 1) == 14.8
+
+
+def test_rope_pair_turns_past_half_a_circle_at_32() -> None:
+    """RoPE's second pair of the test bench (theta = 0.1) reaches pi at distance 31.4:
+    the first distance whose score no longer falls with the distance."""
+    from companion.rope import rope_frequencies
+
+    theta = rope_frequencies(8, base=1e4)
+    assert math.pi / float(theta[1]) == pytest.approx(31.4159, abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    """The chapter's comparison for three of its schemes, at the chapter's settings
+    (400 steps, seeds 0-2): the same runs, so the same numbers."""
+    from companion.relative import compare_position_schemes
+
+    torch.set_num_threads(1)
+    return compare_position_schemes(("rope", "shaw", "transformer_xl"), steps=400)
+
+
+def test_shaw_and_transformer_xl_extrapolate(comparison) -> None:
+    for s in ("shaw", "transformer_xl"):
+        assert (comparison.inside(s) == 1).all(), s
+        assert (comparison.beyond(s) > 0.999).all(), s
+        assert (comparison.final_loss(s) < 2e-3).all(), s
+
+
+def test_rope_holds_to_twice_the_length_then_fails(comparison) -> None:
+    assert (comparison.inside("rope") == 1).all()
+    assert (comparison.band("rope", 16, 32) > 0.99).all()
+    assert (comparison.band("rope", 32, 64) < 0.35).all()
+    assert 0.45 < float(comparison.beyond("rope").mean()) < 0.6
