@@ -100,6 +100,30 @@ VARIANTS = {
     "yarn-plain": _config(
         max_position_embeddings=CONTEXT, q_lora_rank=None, rope_parameters=_yarn()
     ),
+    # the other scaling types; HF multiplies the softmax scale by m(mscale_all_dim)^2
+    # for any type but "default"
+    "dynamic": _config(
+        max_position_embeddings=CONTEXT,
+        rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0),
+    ),
+    "linear-mscale": _config(
+        max_position_embeddings=CONTEXT,
+        rope_parameters=dict(
+            rope_type="linear", rope_theta=10000.0, factor=4.0, mscale_all_dim=1.0
+        ),
+    ),
+    "llama3": _config(
+        max_position_embeddings=CONTEXT,
+        rope_interleave=False,
+        rope_parameters=dict(
+            rope_type="llama3",
+            rope_theta=10000.0,
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=CONTEXT,
+        ),
+    ),
     # DeepSeekMoE: sigmoid router, group-limited top-k, correction bias, shared experts
     "moe": _config(
         num_hidden_layers=3,
@@ -124,7 +148,14 @@ VARIANTS = {
         q_lora_rank=None,
     ),
 }
-_SCALED = {"yarn-mscale", "yarn-deepseek", "yarn-plain"}
+_SCALED = {
+    "yarn-mscale",
+    "yarn-deepseek",
+    "yarn-plain",
+    "dynamic",
+    "linear-mscale",
+    "llama3",
+}
 
 
 def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
