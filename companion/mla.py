@@ -569,6 +569,17 @@ class MLABlock(DecoderBlock):
             return self.attention_absorbed(x, rope, mask, past)
         return self.attention_naive(x, rope, mask, past)
 
+    def _apply(self, fn, recurse: bool = True):
+        """``to(dtype)`` and friends, keeping the router's correction bias in at least
+        float32, as Hugging Face keeps ``e_score_correction_bias`` of a half-precision
+        checkpoint (``_keep_in_fp32_modules_strict``): in bfloat16 its small
+        differences between experts would round away."""
+        module = super()._apply(fn, recurse)
+        bias = getattr(self, "correction_bias", None)
+        if bias is not None and bias.dtype in (torch.float16, torch.bfloat16):
+            self.correction_bias = bias.float()
+        return module
+
     def mlp(self, x: Tensor) -> Tensor:
         r"""The dense gated MLP (the parent's), or in a mixture-of-experts layer the
         routed experts plus the shared ones.

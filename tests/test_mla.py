@@ -402,6 +402,22 @@ def test_router_chooses_as_hugging_face(name: str) -> None:
         torch.testing.assert_close(w, expected.float())
 
 
+def test_correction_bias_stays_float32_in_half_precision() -> None:
+    """Hugging Face keeps e_score_correction_bias in float32 in a bfloat16 checkpoint;
+    the copy does too (in bfloat16, 0.5 + 1e-3 would round to 0.5)."""
+    hf = build("moe", dtype=torch.bfloat16)
+    for layer in hf.model.layers[1:]:
+        gate = layer.mlp.gate
+        gate.e_score_correction_bias = gate.e_score_correction_bias.float() + 1e-3
+    ours = from_hf(hf)
+    for block, layer in zip(ours.blocks[1:], hf.model.layers[1:], strict=True):
+        assert block.correction_bias.dtype == torch.float32
+        assert torch.equal(
+            block.correction_bias, layer.mlp.gate.e_score_correction_bias
+        )
+    assert ours.double().blocks[1].correction_bias.dtype == torch.float64
+
+
 def test_router_options_change_the_choice() -> None:
     """The correction bias and the group limit each change which experts are chosen."""
     x = torch.randn(500, 16, generator=torch.Generator().manual_seed(0))
