@@ -741,6 +741,12 @@ BAD_INPUTS = [
     ),
     (
         "use_absorbed",
+        lambda: use_absorbed(Decoder(_decoder_spec())),
+        ValueError,
+        r"model must have MLABlock layers .* got DecoderBlock layers",
+    ),
+    (
+        "use_absorbed",
         lambda: use_absorbed(from_hf(build("q-lora")), 1),
         TypeError,
         r"absorbed must be a bool",
