@@ -579,6 +579,126 @@ def test_a_port_copies_a_fifth_family() -> None:
         assert (no_bias(ids) - expected).abs().max() > 100 * TOL
 
 
+# StarCoder 2: the chapter's port of a family from_hf does not know (its cell, as is)
+
+
+def _starcoder2_spec(model: nn.Module) -> dict:
+    c = model.config
+    if c.rope_parameters["rope_type"] != "default":  # the only type compared here
+        raise ValueError(f"rope_type {c.rope_parameters['rope_type']!r} is not ported")
+    head_dim = c.hidden_size // c.num_attention_heads
+    n, window = c.num_hidden_layers, c.sliding_window  # window None: none
+    return dict(
+        family="starcoder2",
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_layers=n,
+        num_heads=c.num_attention_heads,
+        num_kv_heads=c.num_key_value_heads,
+        head_dim=head_dim,
+        intermediate_size=c.intermediate_size,
+        positions="rope",
+        norm="layer",
+        eps=c.norm_epsilon,
+        mlp="plain",
+        activation=c.hidden_act,
+        parallel_residual=False,
+        tied_embeddings=model.lm_head.weight is model.model.embed_tokens.weight,
+        qkv_bias=c.use_bias,
+        out_bias=c.use_bias,
+        mlp_bias=c.use_bias,
+        max_positions=c.max_position_embeddings,
+        rotary_dim=head_dim,
+        rope=dict(c.rope_parameters),
+        scales=(head_dim**-0.5,) * n,
+        sliding_window=window or 0,
+        layer_types=("sliding_attention" if window else "full_attention",) * n,
+    )
+
+
+def _starcoder2_load(dst: Decoder, model: nn.Module) -> None:
+    def take(ours: nn.Module, theirs: nn.Module) -> None:
+        ours.load_state_dict(theirs.state_dict())
+
+    base = model.model
+    take(dst.embed, base.embed_tokens)
+    take(dst.final_norm, base.norm)
+    for block, layer in zip(dst.blocks, base.layers, strict=True):
+        take(block.norm1, layer.input_layernorm)
+        take(block.norm2, layer.post_attention_layernorm)
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            take(getattr(block, name), getattr(layer.self_attn, name))
+        take(block.up_proj, layer.mlp.c_fc)
+        take(block.down_proj, layer.mlp.c_proj)
+    if not dst.spec.tied_embeddings:
+        take(dst.lm_head, model.lm_head)
+
+
+STARCODER2 = decoder.Port(
+    spec=_starcoder2_spec, load=_starcoder2_load, layers="model.layers"
+)
+
+
+def _starcoder2(**kw: object) -> nn.Module:
+    cfg = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        sliding_window=5,
+        **IDS,
+    )
+    cfg.update(kw)
+    torch.manual_seed(0)
+    return randomize(
+        transformers.Starcoder2ForCausalLM(transformers.Starcoder2Config(**cfg))
+    )
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, dict(sliding_window=None), dict(use_bias=False, tie_word_embeddings=False)],
+    ids=["window-5", "no-window", "no-bias-untied"],
+)
+def test_a_port_copies_starcoder2(changes: dict) -> None:
+    hf = _starcoder2(**changes)
+    with pytest.raises(ValueError, match=r"got Starcoder2ForCausalLM \(unsupported"):
+        from_hf(hf)
+    ours = from_hf(hf, port=STARCODER2)
+    assert ours.spec.sliding_window == (0 if "sliding_window" in changes else 5)
+    assert sum(p.numel() for p in ours.parameters()) == sum(
+        p.numel() for p in hf.parameters()
+    )
+    ids = tokens(2, 24)
+    with torch.no_grad():
+        expected = hf(ids).logits
+        torch.testing.assert_close(ours(ids), expected, atol=TOL, rtol=0)
+    prompt = tokens(2, PROMPT, seed=2)  # 12 + 20 tokens: the window rolls
+    assert torch.equal(generate(ours, prompt, NEW), hf_generate(hf, prompt, NEW))
+    if changes:
+        return
+    # the window matters: the same weights without it move the logits far
+    no_window = dataclasses.replace(
+        STARCODER2,
+        spec=lambda m: {**_starcoder2_spec(m), "sliding_window": 0, "layer_types": ()},
+    )
+    with torch.no_grad():
+        assert (from_hf(hf, port=no_window)(ids) - expected).abs().max() > 100 * TOL
+
+
+def test_the_starcoder2_port_refuses_what_it_was_not_compared_with() -> None:
+    hf = _starcoder2(rope_parameters={"rope_type": "linear", "factor": 2.0})
+    with pytest.raises(ValueError, match=r"rope_type 'linear' is not ported"):
+        from_hf(hf, port=STARCODER2)
+    # Llama's weight copy on the right spec: the LayerNorm biases do not fit
+    wrong = dataclasses.replace(STARCODER2, load=decoder.PORTS["LlamaForCausalLM"].load)
+    with pytest.raises(ValueError, match=r"has a bias in the copy and none in"):
+        from_hf(_starcoder2(), port=wrong)
+
+
 def test_the_built_in_ports_are_the_eleven_families() -> None:
     assert list(decoder.PORTS) == [
         "LlamaForCausalLM",
