@@ -229,12 +229,13 @@ def test_logits_match_hugging_face(name: str, absorbed: bool) -> None:
 def test_greedy_tokens_match_hugging_face_generate(name: str, absorbed: bool) -> None:
     hf = build(name)
     ours = use_absorbed(from_hf(hf), absorbed)
-    ids = tokens(2, PROMPT)
-    with torch.no_grad():
-        expected = hf_generate(hf, ids, NEW)
-    got = generate(ours, ids, NEW)
-    assert got.shape == (2, PROMPT + NEW)
-    assert torch.equal(got, expected)
+    for batch in (1, 2):  # one prompt; two of the same length
+        ids = tokens(batch, PROMPT, seed=batch)
+        with torch.no_grad():
+            expected = hf_generate(hf, ids, NEW)
+        got = generate(ours, ids, NEW)
+        assert got.shape == (batch, PROMPT + NEW)
+        assert torch.equal(got, expected)
 
 
 def left_padded(lengths: list[int], n: int, seed: int = 3):
