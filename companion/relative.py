@@ -1578,6 +1578,9 @@ class PositionComparison:
         accuracy: scheme -> accuracy at each position of the evaluation length,
             ``(seeds, eval_length)`` (``nan`` at ``t < lag``).
         models: scheme -> the trained models, one per seed.
+        shorter: ``(scheme, steps)`` -> the accuracy at each position, ``(seeds,
+            eval_length)``, of the same seeds trained for a smaller budget (when
+            ``steps`` gave the scheme several).
     """
 
     schemes: tuple[str, ...]
@@ -1587,6 +1590,7 @@ class PositionComparison:
     losses: dict[str, Tensor]
     accuracy: dict[str, Tensor]
     models: dict[str, list[TinyTransformer]]
+    shorter: dict[tuple[str, int], Tensor] = dataclasses.field(default_factory=dict)
 
     def band(self, scheme: str, start: int, stop: int) -> Tensor:
         """Each seed's mean accuracy over positions ``start <= t < stop``, ``(seeds,)``."""
@@ -1634,7 +1638,7 @@ def compare_position_schemes(
     schemes: Sequence[str] = COMPARISON_SCHEMES,
     *,
     seeds: Sequence[int] = (0, 1, 2),
-    steps: int | dict[str, int] = 400,
+    steps: int | dict[str, int | tuple[int, ...]] = 400,
     config: ModelConfig | None = None,
     training_length: int = 16,
     eval_length: int = 64,
@@ -1661,7 +1665,10 @@ def compare_position_schemes(
             ``"learned"``), without repeats.
         seeds: at least one seed, without repeats.
         steps: optimization steps per model: one number, or one per scheme (a dict
-            from every scheme to its steps: the slow learners can get more).
+            from every scheme to its steps: the slow learners can get more). A tuple
+            of budgets for a scheme trains its seeds at each, in one batched run;
+            the largest gives the results, the others go to
+            :attr:`PositionComparison.shorter`.
         config: the model sizes (``position`` is set per scheme); ``None`` for the
             default above.
         training_length: ``L_0``.
@@ -1710,23 +1717,31 @@ def compare_position_schemes(
             raise ValueError(
                 f"steps must give every scheme its steps, missing {missing}"
             )
-        budget = {s: _validate.positive_int(f"steps[{s!r}]", steps[s]) for s in schemes}
+        budget = {
+            s: tuple(
+                _validate.positive_int(f"steps[{s!r}]", n)
+                for n in (steps[s] if isinstance(steps[s], tuple) else (steps[s],))
+            )
+            for s in schemes
+        }
     else:
-        budget = dict.fromkeys(schemes, _validate.positive_int("steps", steps))
+        budget = dict.fromkeys(schemes, (_validate.positive_int("steps", steps),))
     losses: dict[str, Tensor] = {}
     accuracy: dict[str, Tensor] = {}
     models: dict[str, list[TinyTransformer]] = {}
+    shorter: dict[tuple[str, int], Tensor] = {}
     for scheme in schemes:
+        jobs = [(n, seed) for n in sorted(budget[scheme]) for seed in seeds]
         nets = []
-        for seed in seeds:
+        for _, seed in jobs:
             torch.manual_seed(seed)
             nets.append(position_family_model(scheme, config))
         if progress:
             print(f"{scheme}: seeds {seeds}, {budget[scheme]} steps")
         runs = train_batched(
             nets,
-            seeds=seeds,
-            steps=budget[scheme],
+            seeds=[seed for _, seed in jobs],
+            steps=[n for n, _ in jobs],
             batch_size=batch_size,
             length=training_length,
             lag=lag,
@@ -1735,16 +1750,20 @@ def compare_position_schemes(
             schedule="cosine",
             progress=progress,
         )
-        losses[scheme] = torch.tensor([r.losses for r in runs], dtype=torch.float64)
-        accuracy[scheme] = torch.stack(
-            [
-                position_accuracy(
-                    net, length=eval_length, lag=lag, num_sequences=num_sequences
-                )
-                for net in nets
-            ]
+        acc = [
+            position_accuracy(
+                net, length=eval_length, lag=lag, num_sequences=num_sequences
+            )
+            for net in nets
+        ]
+        last = len(jobs) - len(seeds)  # the largest budget: the last len(seeds) jobs
+        losses[scheme] = torch.tensor(
+            [r.losses for r in runs[last:]], dtype=torch.float64
         )
-        models[scheme] = nets
+        accuracy[scheme] = torch.stack(acc[last:])
+        models[scheme] = nets[last:]
+        for k, n in enumerate(sorted(budget[scheme])[:-1]):
+            shorter[scheme, n] = torch.stack(acc[k * len(seeds) : (k + 1) * len(seeds)])
     return PositionComparison(
-        schemes, seeds, training_length, lag, losses, accuracy, models
+        schemes, seeds, training_length, lag, losses, accuracy, models, shorter
     )

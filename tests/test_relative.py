@@ -1341,3 +1341,32 @@ def test_compare_position_schemes_small() -> None:
         num_sequences=8,
     )
     assert torch.equal(again.losses["shaw"], result.losses["shaw"])
+
+
+def test_compare_position_schemes_several_budgets() -> None:
+    kwargs = dict(
+        seeds=(0, 1),
+        config=_TINY,
+        training_length=6,
+        eval_length=10,
+        lag=2,
+        batch_size=4,
+        num_sequences=8,
+    )
+    both = compare_position_schemes(("alibi",), steps={"alibi": (2, 4)}, **kwargs)
+    short = compare_position_schemes(("alibi",), steps=2, **kwargs)
+    long = compare_position_schemes(("alibi",), steps=4, **kwargs)
+    assert both.losses["alibi"].shape == (2, 4)
+    torch.testing.assert_close(
+        both.accuracy["alibi"], long.accuracy["alibi"], equal_nan=True, rtol=0, atol=0
+    )
+    torch.testing.assert_close(
+        both.shorter["alibi", 2],
+        short.accuracy["alibi"],
+        equal_nan=True,
+        rtol=0,
+        atol=0,
+    )
+    assert torch.allclose(both.losses["alibi"], long.losses["alibi"], atol=1e-6)
+    with pytest.raises(ValueError, match=r"^steps must give every scheme its steps"):
+        compare_position_schemes(("alibi", "none"), steps={"alibi": 2}, **kwargs)
