@@ -1,0 +1,325 @@
+"""The numbers chapter 9 (book/09_modern_decoders.ipynb, "The attention layer of
+2024-2025") states, asserted again outside the notebook: the receptive field and the
+windowed cache of Mistral 7B, Gemma 2 and Gemma 3 from their configurations, the QK-norm
+and soft-capping bounds, the stability experiment on the tiny model (three seeds), the
+MLA cache and absorption, padding and shift invariance on Hugging Face's models, and the
+StreamingLLM cache."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import companion
+from companion import extension, mla, model, modern
+from companion.decoder import from_hf, generate
+from companion.norm import rms_norm
+from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
+
+transformers = pytest.importorskip("transformers")
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore")
+    from transformers import (
+        DeepseekV3Config,
+        DeepseekV3ForCausalLM,
+        Gemma2Config,
+        Gemma3TextConfig,
+        GPT2Config,
+        GPT2LMHeadModel,
+        MistralConfig,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
+
+transformers.logging.set_verbosity_error()
+F64 = torch.float64
+GiB = 2**30
+
+
+# ---- sliding windows -------------------------------------------------------------------
+
+
+def _windows(config) -> list[int | None]:
+    types = (
+        getattr(config, "layer_types", None)
+        or ["sliding_attention"] * config.num_hidden_layers
+    )
+    return [config.sliding_window if t == "sliding_attention" else None for t in types]
+
+
+def _configs() -> dict:
+    return {
+        "Mistral 7B": MistralConfig(),
+        "Gemma 2 9B": Gemma2Config(
+            num_hidden_layers=42, num_attention_heads=16, num_key_value_heads=8,
+            head_dim=256, hidden_size=3584, sliding_window=4096,
+        ),
+        "Gemma 2 27B": Gemma2Config(
+            num_hidden_layers=46, num_attention_heads=32, num_key_value_heads=16,
+            head_dim=128, hidden_size=4608, sliding_window=4096,
+        ),
+        "Gemma 3 27B": Gemma3TextConfig(
+            num_hidden_layers=62, num_attention_heads=32, num_key_value_heads=16,
+            head_dim=128, hidden_size=5376, sliding_window=1024,
+        ),
+    }  # fmt: skip
+
+
+def _saved(config, length: int) -> float:
+    kw = dict(num_kv_heads=config.num_key_value_heads, head_dim=config.head_dim)
+    full = modern.kv_cache_bytes(
+        length, windows=[None] * config.num_hidden_layers, **kw
+    )
+    return 1 - modern.kv_cache_bytes(length, windows=_windows(config), **kw) / full
+
+
+def test_mistral_receptive_field_is_131040_tokens() -> None:
+    c = MistralConfig()
+    assert (c.num_hidden_layers, c.sliding_window, c.num_key_value_heads) == (
+        32,
+        4096,
+        8,
+    )
+    assert c.head_dim == 128
+    assert modern.receptive_field([c.sliding_window] * c.num_hidden_layers) == 131_040
+
+
+def test_windowed_cache_savings_of_the_published_configs() -> None:
+    configs = _configs()
+    globals_ = [sum(w is None for w in _windows(c)) for c in configs.values()]
+    assert globals_ == [0, 21, 23, 10]  # Gemma 3: every sixth layer global
+    mistral = configs["Mistral 7B"]
+    full = modern.kv_cache_bytes(
+        32768, windows=[None] * 32, num_kv_heads=8, head_dim=128
+    )
+    assert full == 4 * GiB
+    assert round(_saved(mistral, 32768), 3) == 0.875
+    assert round(_saved(configs["Gemma 2 9B"], 8192), 3) == 0.25
+    assert round(_saved(configs["Gemma 2 27B"], 8192), 3) == 0.25
+    assert round(_saved(configs["Gemma 3 27B"], 32768), 3) == 0.813
+    assert _saved(configs["Gemma 2 9B"], 10**7) < 0.5  # tends to a half
+    # tends to 52/62: 52 of the 62 layers slide
+    assert 0.83 < _saved(configs["Gemma 3 27B"], 10**7) < 52 / 62
+
+
+# ---- bounds ------------------------------------------------------------------------------
+
+
+def test_qk_norm_bound_at_initialization_and_softcap_slope() -> None:
+    ones = torch.ones(128, dtype=F64)
+    bound = modern.qk_norm_logit_bound(ones, ones)
+    assert bound == pytest.approx(math.sqrt(128)) and round(bound, 4) == 11.3137
+    e = torch.zeros(128, dtype=F64)
+    e[0] = 1.0
+    q = rms_norm(e, 128, ones, eps=1e-12)
+    assert (q @ q).item() / math.sqrt(128) == pytest.approx(bound, rel=1e-6)
+    assert f"{math.exp(2 * bound):.2e}" == "6.71e+09"
+    s = torch.tensor([150.0], dtype=F64, requires_grad=True)
+    (slope,) = torch.autograd.grad(modern.softcap(s, 50.0).sum(), s)
+    assert slope.item() < 0.01
+
+
+# ---- the stability experiment (three seeds) ---------------------------------------------
+
+
+@pytest.fixture
+def one_thread():
+    """Models this small train faster on one thread (as the chapter does)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_qk_norm_trains_where_plain_and_softcapped_attention_never_learn(
+    one_thread,
+) -> None:
+    sizes = model.ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
+    seeds = (0, 1, 2)
+
+    def run(kind: str, lr: float) -> tuple[list, torch.Tensor]:
+        nets = []
+        for seed in seeds:
+            companion.seed_everything(seed)
+            nets.append(modern.ModernTinyTransformer(sizes, attention=kind, cap=5.0))
+        runs = model.train_batched(
+            nets, seeds=seeds, steps=200, batch_size=32, length=16, lag=2, lr=lr
+        )
+        return nets, torch.tensor([sum(r.losses[-20:]) / 20 for r in runs])
+
+    ids = model.lag_task(
+        64, 16, lag=2, vocab_size=16, generator=torch.Generator().manual_seed(1234)
+    )[0]
+    plain, plain_final = run("rope", 0.3)
+    assert (plain_final > 2.0).all()
+    for net in plain:
+        s = modern.attention_maps(net, ids, scores=True)
+        assert s[s.isfinite()].abs().max() > 1e4
+    qk, qk_final = run("qk_norm", 0.3)
+    assert (qk_final < 0.01).all()
+    assert all(model.accuracy(n, length=16, lag=2) == 1 for n in qk)
+    for net in qk:
+        layers = [m for m in net.modules() if isinstance(m, modern.QKNormSelfAttention)]
+        for m, s in zip(
+            layers, modern.attention_maps(net, ids, scores=True), strict=True
+        ):
+            bound = modern.qk_norm_logit_bound(m.q_norm.weight, m.k_norm.weight)
+            assert s[s.isfinite()].abs().max() <= bound
+    capped, capped_final = run("softcap", 0.3)
+    assert (capped_final > 2.0).all()
+    for net in capped:
+        s = modern.attention_maps(net, ids, scores=True)
+        assert (s[s.isfinite()].abs() > 0.99 * 5.0).double().mean() > 0.9
+    reference, _ = run("rope", 0.03)
+    assert all(model.accuracy(n, length=16, lag=2) == 1 for n in reference)
+    # no attention sink: token 0 gets less than a uniform share, no head a fifth
+    uniform = (1 / (torch.arange(4, 16) + 1.0)).mean()
+    for nets in (reference, qk):
+        for net in nets:
+            mass = modern.attention_maps(net, ids)[..., 4:, 0].mean(dim=(1, 3))
+            assert mass.mean() < uniform and mass.max() < 0.2
+
+
+def test_adam_first_step_is_the_learning_rate() -> None:
+    companion.seed_everything(0)
+    probe = model.TinyTransformer(model.ModelConfig(vocab_size=16, dim=32, num_heads=4))
+    before = probe.blocks[0].sublayer.q_proj.weight.detach().clone()
+    model.train_batched(
+        [probe], seeds=[0], steps=1, batch_size=32, length=16, lag=2, lr=0.3
+    )
+    step = (probe.blocks[0].sublayer.q_proj.weight.detach() - before).abs()
+    assert step.max() <= 0.3 + 1e-6 and (step > 0.297).double().mean() > 0.95
+    assert before.abs().max() < 1 / math.sqrt(32)
+
+
+# ---- MLA ---------------------------------------------------------------------------------
+
+
+def test_mla_cache_per_token_of_deepseek_v3() -> None:
+    v3 = DeepseekV3Config()
+    mla_bytes = mla.cache_bytes_per_token(v3, "mla")
+    mha = mla.cache_bytes_per_token(v3, "mha")
+    gqa = mla.cache_bytes_per_token(v3, "gqa", num_kv_heads=8)
+    assert mla_bytes == 70_272 and mha == 4_997_120
+    assert round(mha / mla_bytes, 1) == 71.1 and round(gqa / mla_bytes, 1) == 4.4
+    assert mla.cache_bytes_per_token(v3, "mqa") < mla_bytes
+
+
+def test_rope_blocks_absorption_and_depends_on_the_distance() -> None:
+    gen = torch.Generator().manual_seed(1)
+    E, r, Dh = 32, 8, 16
+    W_q = torch.randn(Dh, E, generator=gen, dtype=F64) / math.sqrt(E)
+    W_uk = torch.randn(Dh, r, generator=gen, dtype=F64) / math.sqrt(r)
+    x, c = (
+        torch.randn(E, generator=gen, dtype=F64),
+        torch.randn(r, generator=gen, dtype=F64),
+    )
+
+    def rotate(v: torch.Tensor, p: int) -> torch.Tensor:
+        cos, sin = rope_cos_sin(torch.tensor([p]), rope_frequencies(Dh), dtype=F64)
+        return apply_rope(v[None], cos, sin)[0]
+
+    folded = x @ (W_q.T @ W_uk) @ c
+    assert abs(folded - (W_q @ x) @ (W_uk @ c)) < 1e-12
+    score = rotate(W_q @ x, 5) @ rotate(W_uk @ c, 12)
+    assert abs(score - (W_q @ x) @ rotate(W_uk @ c, 7)) < 1e-12
+    assert abs(score - rotate(W_q @ x, 105) @ rotate(W_uk @ c, 112)) < 1e-12
+    assert abs(score - folded) > 1e-2
+
+
+def test_absorbed_mla_equals_naive_on_a_small_deepseek_v3() -> None:
+    small = DeepseekV3Config(
+        vocab_size=61, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
+        num_hidden_layers=2, first_k_dense_replace=2, num_attention_heads=4,
+        num_key_value_heads=4, q_lora_rank=12, kv_lora_rank=8, qk_rope_head_dim=4,
+        qk_nope_head_dim=6, v_head_dim=5, max_position_embeddings=64,
+    )  # fmt: skip
+    companion.seed_everything(0)
+    hf = DeepseekV3ForCausalLM(small).eval()
+    tokens = torch.randint(61, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        copy = from_hf(hf)
+        assert (copy(tokens) - hf(tokens).logits).abs().max() < 1e-4
+        copy64 = mla.use_absorbed(from_hf(hf.double()), False)
+        naive = copy64(tokens)
+        assert (mla.use_absorbed(copy64)(tokens) - naive).abs().max() < 1e-12
+
+
+# ---- padding -----------------------------------------------------------------------------
+
+
+def test_shifts_rope_alibi_and_a_learned_table() -> None:
+    gen = torch.Generator().manual_seed(4)
+    q, k = (torch.randn(6, 16, generator=gen, dtype=F64) for _ in range(2))
+
+    def scores(offset: int) -> torch.Tensor:
+        cos, sin = rope_cos_sin(
+            torch.arange(6) + offset, rope_frequencies(16), dtype=F64
+        )
+        return apply_rope(q, cos, sin) @ apply_rope(k, cos, sin).T
+
+    assert (scores(3) - scores(0)).abs().max() < 1e-12
+    bias = extension.alibi_bias(4, 9, 9, is_causal=True, dtype=F64)
+    assert torch.equal(bias[:, 3:, 3:], bias[:, :6, :6])
+
+
+def test_left_padding_gpt2_needs_counted_positions_qwen3_does_not() -> None:
+    companion.seed_everything(0)
+    gpt2 = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=61, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+            bos_token_id=0, eos_token_id=1,
+        )
+    ).eval()  # fmt: skip
+    qwen3 = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+            max_position_embeddings=64, pad_token_id=2,
+        )
+    ).eval()  # fmt: skip
+    alone = torch.randint(3, 61, (1, 6), generator=torch.Generator().manual_seed(6))
+    padded = torch.cat([torch.full((1, 3), 2), alone], dim=1)
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1]])
+    counted, slots = modern.padding_position_ids(mask), torch.arange(9)[None]
+    with torch.no_grad():
+        for hf, slot_gap_large in ((gpt2, True), (qwen3, False)):
+            want = hf(alone).logits[0, -1]
+            for pos, large in ((counted, False), (slots, slot_gap_large)):
+                got = hf(padded, attention_mask=mask, position_ids=pos).logits[0, -1]
+                gap = (got - want).abs().max()
+                assert gap > 1e-2 if large else gap < 1e-5
+    # the copy's generate on a left-padded batch: Hugging Face's tokens
+    gen = torch.Generator().manual_seed(8)
+    prompts = [torch.randint(3, 61, (n,), generator=gen) for n in (9, 5, 2)]
+    batch = torch.stack([torch.cat([torch.full((9 - len(p),), 2), p]) for p in prompts])
+    batch_mask = (batch != 2).long()
+    for i, p in enumerate(prompts):
+        batch_mask[i] = torch.cat([torch.zeros(9 - len(p)), torch.ones(len(p))])
+    ours = generate(from_hf(qwen3), batch, 12, attention_mask=batch_mask)
+    with torch.no_grad():
+        theirs = qwen3.generate(
+            batch, attention_mask=batch_mask, max_new_tokens=12, do_sample=False,
+            eos_token_id=None, pad_token_id=2,
+        )  # fmt: skip
+    assert torch.equal(ours, theirs)
+
+
+# ---- attention sinks -----------------------------------------------------------------------
+
+
+def test_sink_weight_and_the_streaming_cache() -> None:
+    w = torch.softmax(torch.tensor([5.0] + [0.0] * 8), -1)
+    assert round(w[0].item(), 3) == 0.949
+    cache = modern.SinkCache(sinks=2, window=6)
+    for t in range(20):
+        one = torch.full((1, 1, 1, 1), float(t))
+        keys, _ = cache.update(one, one)
+    assert keys.flatten().long().tolist() == [0, 1, 14, 15, 16, 17, 18, 19]
+    assert cache.positions().max() == 7
+    kept = modern.sink_cache_keep(10**6, sinks=4, window=1020)
+    assert len(kept) - 1 == 1023 and kept[-1] - kept[0] == 10**6 - 1
+    assert math.ceil(modern.receptive_field([4096] * 32) / 1023) == 129
