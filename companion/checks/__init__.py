@@ -35,10 +35,13 @@ module           chapter                checkers
 ``positional``   1 Sinusoidal encoding  :func:`check_sinusoidal_encoding`, ...
 ``rope``         2 RoPE                 :func:`check_apply_rope`, ...
 ``extension``    3 Context extension    :func:`check_alibi_slopes`, ...
+``relative``     4 Position family      :func:`check_t5_bucket`, ...
 ``attention``    5 Attention            :func:`check_attention`, ...
 ``norm``         6 Normalization        :func:`check_layer_norm`, ...
 ``model``        7 A tiny Transformer   :func:`check_lag_targets`, ...
 ``decoder``      8 Real models          :func:`check_kv_cache_bytes`, ...
+``modern``       9 Modern decoders      :func:`check_receptive_field`, ...
+``mla``          9 Modern decoders      :func:`check_mla_cache_bytes`, ...
 ``performance``  Appendix: performance  :func:`check_ulp32`, ...
 ===============  =====================  ======================================
 
@@ -99,10 +102,20 @@ from companion.checks.extension import (
     check_ntk_aware_base,
     check_yarn_ramp,
 )
+from companion.checks.mla import (
+    check_absorbed_scores,
+    check_mla_cache_bytes,
+)
 from companion.checks.model import (
     check_absolute_targets,
     check_lag_targets,
     check_masked_accuracy,
+)
+from companion.checks.modern import (
+    check_padding_position_ids,
+    check_receptive_field,
+    check_sink_cache_keep,
+    check_stablelm_port,
 )
 from companion.checks.norm import (
     check_batch_norm,
@@ -124,6 +137,12 @@ from companion.checks.positional import (
     check_sinusoidal_encoding,
     check_wavelengths,
 )
+from companion.checks.relative import (
+    check_decay_sum,
+    check_p_rope_frequencies,
+    check_shaw_relative_index,
+    check_t5_bucket,
+)
 from companion.checks.rope import (
     check_apply_rope,
     check_rope_attention,
@@ -135,12 +154,14 @@ from companion.checks.rope import (
 __all__ = [
     "CheckError",
     "check_absolute_targets",
+    "check_absorbed_scores",
     "check_alibi_slopes",
     "check_apply_rope",
     "check_attention",
     "check_batch_norm",
     "check_cached_attention",
     "check_causal_mask",
+    "check_decay_sum",
     "check_dot_product_curve",
     "check_kv_cache_bytes",
     "check_lag_targets",
@@ -148,8 +169,12 @@ __all__ = [
     "check_llama3_frequencies",
     "check_masked_accuracy",
     "check_masked_attention",
+    "check_mla_cache_bytes",
     "check_normalized_positions",
     "check_ntk_aware_base",
+    "check_p_rope_frequencies",
+    "check_padding_position_ids",
+    "check_receptive_field",
     "check_repeat_kv",
     "check_residual_blocks",
     "check_rms_norm",
@@ -158,11 +183,15 @@ __all__ = [
     "check_rope_cos_sin",
     "check_rope_frequencies",
     "check_rope_weight_permutation",
+    "check_shaw_relative_index",
     "check_shift_matrix",
     "check_shift_recurrence",
+    "check_sink_cache_keep",
     "check_sinusoidal_encoding",
     "check_softmax",
     "check_split_heads",
+    "check_stablelm_port",
+    "check_t5_bucket",
     "check_tiled_attention",
     "check_tiled_attention_intensity",
     "check_ulp32",
