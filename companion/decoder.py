@@ -440,9 +440,12 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, rotary_dim: int) -> Tensor:
 
 
 class DecoderBlock(nn.Module):
-    """One decoder layer: pre-norm attention and MLP, serial or parallel residual.
+    """One decoder layer: attention and MLP with their norms and residuals.
 
-    Holds the parameters (separate ``q/k/v/o`` projections, the MLP's, two norms);
+    The norms sit before each sublayer (``block_norms="pre"``, with a serial or a
+    parallel residual), after it (``"post"``, OLMo 2) or on both sides
+    (``"sandwich"``, Gemma 2/3). Holds the parameters (separate ``q/k/v/o``
+    projections, the MLP's, two or four norms, QK-norm gains where the spec has them);
     :meth:`forward` is the math of the chapter's block in the open, for every family.
 
     The interface :class:`Decoder` relies on (a subclass passed as
@@ -474,7 +477,8 @@ class DecoderBlock(nn.Module):
 
     ``past`` is ``None`` (nothing cached) or the tuple of tensors this block returned
     as ``present`` on the previous call; :class:`DecoderBlock` caches ``(key, value)``,
-    each ``(B, H_kv, S, D)``, keys after RoPE.
+    each ``(B, H_kv, S, D)``, keys after RoPE, and in a sliding layer
+    ``(key, value, seen)`` with only the last ``sliding_window - 1`` tokens.
 
     Args:
         spec: the architecture.
@@ -482,8 +486,9 @@ class DecoderBlock(nn.Module):
             layer ``i`` by ``1 / (i + 1)``).
 
     Shape:
-        x: ``(B, L, E)``; output: ``(B, L, E)`` and the layer's keys and values, each
-        ``(B, Hkv, S, D)`` with ``S`` the cached plus the new tokens.
+        x: ``(B, L, E)``; output: ``(B, L, E)`` and the layer's cache: keys and values,
+        each ``(B, Hkv, S, D)`` with ``S`` the cached plus the new tokens (a sliding
+        layer: the last ``min(S, sliding_window - 1)`` of them, and ``seen``).
     """
 
     def __init__(self, spec: DecoderSpec, layer: int) -> None:
