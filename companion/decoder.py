@@ -1225,7 +1225,10 @@ def generate(
 
     Same tokens as Hugging Face's ``model.generate(input_ids, attention_mask=...,
     max_new_tokens=n, do_sample=False)`` when that does not stop early
-    (``eos_token_id=None``): ties go to the lowest token id (``argmax``) in both.
+    (``eos_token_id=None``): ties go to the lowest token id (``argmax``) in both. One
+    exception, Hugging Face's: a ``sliding_window`` of 1, where transformers 5.23's
+    sliding cache keeps ``[-window + 1:]``, i.e. every key, and its cached tokens
+    leave those of its own forward; this function's equal that forward's.
 
     Args:
         model: a :class:`Decoder` from :func:`from_hf`.

@@ -312,6 +312,26 @@ def test_rolling_cache_decodes_past_the_window_as_the_full_forward(name: str) ->
             assert cache[0].shape[2] == 23
 
 
+def test_a_window_of_one_decodes_as_hugging_face_s_forward() -> None:
+    """Window 1 (each token sees itself alone): the copy's cached tokens are its
+    uncached ones and Hugging Face's forward's. transformers 5.23's cached generate
+    differs there: its sliding cache keeps ``[-window + 1:]`` = ``[-0:]``, every key."""
+    torch.manual_seed(0)
+    hf = randomize(T.MistralForCausalLM(T.MistralConfig(**BASE, sliding_window=1)))
+    ours = from_hf(hf)
+    ids = tokens(1, PROMPT, seed=2)
+    torch.testing.assert_close(ours(ids), hf_logits(hf, ids), atol=TOL, rtol=0)
+    expected = ids
+    for _ in range(NEW):  # Hugging Face's greedy tokens, without a cache
+        nxt = hf_logits(hf, expected)[:, -1:].argmax(-1)
+        expected = torch.cat((expected, nxt), dim=1)
+    got = generate(ours, ids, NEW)
+    assert torch.equal(got, expected)
+    assert torch.equal(got, generate(ours, ids, NEW, use_cache=False))
+    with torch.no_grad():
+        assert all(c[0].shape[2] == 0 for c in ours.decode(ids)[1])  # no key kept
+
+
 def test_sliding_window_changes_the_logits_past_the_window() -> None:
     hf = build("mistral")
     wide = build("mistral-full")
