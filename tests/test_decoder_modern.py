@@ -132,6 +132,25 @@ NEW_FAMILIES = {
         final_logit_softcapping=4.0,
         tie_word_embeddings=False,
     ),
+    "gemma3-hub-style": _cfg(  # the keys of a published config.json: legacy RoPE
+        T.Gemma3ForCausalLM,
+        T.Gemma3TextConfig,
+        head_dim=16,
+        sliding_window=WINDOW,
+        query_pre_attn_scalar=12,
+        sliding_window_pattern=3,  # layers 0, 1 slide, 2 is global
+        rope_theta=1e4,
+        rope_local_base_freq=100.0,
+        rope_scaling={"rope_type": "linear", "factor": 8.0},  # global layers only
+    ),
+    "qwen2-gqa4": _cfg(
+        T.Qwen2ForCausalLM,
+        T.Qwen2Config,
+        num_attention_heads=8,  # 4 query heads per key/value head
+        use_sliding_window=True,
+        sliding_window=WINDOW,
+        max_window_layers=2,  # layer 2 slides
+    ),
     "phi3": _cfg(
         T.Phi3ForCausalLM,
         T.Phi3Config,
