@@ -1,4 +1,5 @@
-"""Numbers the relative-position chapter (issue 27) can state, asserted here.
+"""Numbers the chapter on the rest of the position family (book/04_relative_positions)
+states, asserted here.
 
 T5's buckets at its defaults (32 buckets, max_distance 128): the encoder's 16 buckets of
 one direction start at distances 0-7 (exact), then 8, 12, 16, 23, 32, 46, 64, 91, and
@@ -132,12 +133,14 @@ def test_rope_pair_turns_past_half_a_circle_at_32() -> None:
 
 @pytest.fixture(scope="module")
 def comparison():
-    """The chapter's comparison for three of its schemes, at the chapter's settings
+    """The chapter's comparison for five of its schemes, at the chapter's settings
     (400 steps, seeds 0-2): the same runs, so the same numbers."""
     from companion.relative import compare_position_schemes
 
     torch.set_num_threads(1)
-    return compare_position_schemes(("rope", "shaw", "transformer_xl"), steps=400)
+    return compare_position_schemes(
+        ("rope", "p_rope", "t5", "shaw", "transformer_xl"), steps=400
+    )
 
 
 def test_shaw_and_transformer_xl_extrapolate(comparison) -> None:
@@ -152,3 +155,18 @@ def test_rope_holds_to_twice_the_length_then_fails(comparison) -> None:
     assert (comparison.band("rope", 16, 32) > 0.99).all()
     assert (comparison.band("rope", 32, 64) < 0.35).all()
     assert 0.45 < float(comparison.beyond("rope").mean()) < 0.6
+
+
+def test_p_rope_half_equals_rope_within_the_spread(comparison) -> None:
+    """p = 1/2 keeps the pair that turns past half a circle at distance 31.4."""
+    assert (comparison.inside("p_rope") == 1).all()
+    assert (comparison.band("p_rope", 16, 32) > 0.99).all()
+    gap = comparison.beyond("rope").mean() - comparison.beyond("p_rope").mean()
+    assert abs(float(gap)) < 0.03
+
+
+def test_t5_extrapolation_depends_on_the_seed(comparison) -> None:
+    beyond = comparison.beyond("t5")
+    assert (comparison.inside("t5") == 1).all()
+    assert float(beyond.max() - beyond.min()) > 0.2 and float(beyond.min()) > 0.5
+    assert [round(v, 2) for v in beyond.tolist()] == [0.64, 0.92, 0.98]
