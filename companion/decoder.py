@@ -880,13 +880,14 @@ class Decoder(nn.Module):
         mask = zeros.masked_fill(~seen, float("-inf"))[:, None]  # (B, 1, L, K+L)
         if s.positions != "alibi":
             return mask
+        # ALiBi on the K + L keys this layer attends to, plus the mask (a window too)
         if pad is None:  # -m_h (i - j), -inf after the query: (H, L, S)
             bias = alibi_bias(s.num_heads, L, S, dtype=x.dtype, device=device)
-            return bias.expand(B, -1, -1, -1)  # (B, H, L, S)
+            return bias[:, :, S - L - kept :] + mask  # (B, H, L, K+L)
         pos = _padding_positions(pad)  # (B, S)
         slopes = alibi_slopes(s.num_heads, dtype=torch.float32, device=device)
-        distance = (pos[:, S - L :, None] - pos[:, None, :]).float()  # (B, L, S)
-        bias = -slopes[None, :, None, None] * distance[:, None]  # (B, H, L, S)
+        distance = pos[:, S - L :, None] - pos[:, None, S - L - kept :]  # (B, L, K+L)
+        bias = -slopes[None, :, None, None] * distance[:, None].float()  # (B,H,L,K+L)
         return bias.to(x.dtype) + mask
 
     def forward(

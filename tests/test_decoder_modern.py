@@ -361,6 +361,50 @@ def test_sliding_window_changes_the_logits_past_the_window() -> None:
     assert gap[:, WINDOW:].max() > 100 * TOL
 
 
+def test_alibi_with_a_sliding_window_in_a_spec_of_one_s_own() -> None:
+    """A Port may combine ALiBi with a window (no built-in family does): the window is
+    kept with and without a mask and with a rolling cache. One layer, so that the
+    windowed output at t is the windowless one on the last W tokens (ALiBi reads only
+    i - j)."""
+    import dataclasses
+
+    bloom = from_hf(build("bloom"))
+    one = dict(num_layers=1, scales=bloom.spec.scales[:1])
+    full = decoder.Decoder(
+        dataclasses.replace(bloom.spec, **one, layer_types=("full_attention",))
+    )
+    windowed = decoder.Decoder(
+        dataclasses.replace(
+            bloom.spec,
+            **one,
+            sliding_window=WINDOW,
+            layer_types=("sliding_attention",),
+        )
+    )
+    for model in (full, windowed):
+        model.load_state_dict(bloom.state_dict(), strict=False)
+        model.eval()
+    ids = tokens(2, 16)
+    with torch.no_grad():
+        got = windowed(ids)
+        for t in range(WINDOW, 16):
+            alone = full(ids[:, t - WINDOW + 1 : t + 1])[:, -1]
+            torch.testing.assert_close(got[:, t], alone, atol=TOL, rtol=0)
+        assert (got - full(ids)).abs().max() > 100 * TOL  # the window bites
+        ones = torch.ones_like(ids)
+        masked = windowed(ids, attention_mask=ones)
+        torch.testing.assert_close(masked, got, atol=TOL, rtol=0)
+        logits, past = windowed.decode(ids[:, :9])  # past the window, then 1 and 6
+        parts = [logits]
+        for start, stop in ((9, 10), (10, 16)):
+            logits, past = windowed.decode(ids[:, start:stop], past)
+            parts.append(logits)
+        torch.testing.assert_close(torch.cat(parts, dim=1), got, atol=TOL, rtol=0)
+        padded, mask = left_padded([16, 7], 16)
+        row = windowed(padded, attention_mask=mask)[1, -7:]
+        torch.testing.assert_close(row, windowed(padded[1:, -7:])[0], atol=TOL, rtol=0)
+
+
 def test_cache_bytes_per_token_sliding_against_full() -> None:
     ours = from_hf(build("gemma3"))  # layers: sliding, full, sliding
     spec = ours.spec
