@@ -407,10 +407,14 @@ def _copy(
     if (bias is None) != (getattr(dst, "bias", None) is None):
         sides = ("Hugging Face's model", "the copy")
         have, lack = sides if bias is not None else sides[::-1]
+        hint = (
+            "the spec's qkv_bias, out_bias or mlp_bias"
+            if isinstance(dst, nn.Linear)
+            else f"a norm: the spec's norm, here {type(dst).__name__}"
+        )
         raise ValueError(
             f"model's weights must fit the spec: a layer of shape "
-            f"{tuple(weight.shape)} has a bias in {have} and none in {lack} "
-            "(the spec's qkv_bias, out_bias or mlp_bias)"
+            f"{tuple(weight.shape)} has a bias in {have} and none in {lack} ({hint})"
         )
     dst.weight.copy_(weight)
     if bias is not None:

@@ -697,7 +697,11 @@ def test_the_starcoder2_port_refuses_what_it_was_not_compared_with() -> None:
         from_hf(hf, port=STARCODER2)
     # Llama's weight copy on the right spec: the LayerNorm biases do not fit
     wrong = dataclasses.replace(STARCODER2, load=decoder.PORTS["LlamaForCausalLM"].load)
-    with pytest.raises(ValueError, match=r"has a bias in the copy and none in"):
+    with pytest.raises(
+        ValueError,
+        match=r"has a bias in the copy and none in Hugging Face's model \(a norm: "
+        r"the spec's norm, here LayerNorm\)",
+    ):
         from_hf(_starcoder2(), port=wrong)
 
 
