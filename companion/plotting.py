@@ -48,6 +48,7 @@ __all__ = [
     "ratio_bars",
     "readable",
     "scheme_color",
+    "seed_bands",
     "shown_width",
     "to_numpy",
     "training_curves",
@@ -449,7 +450,7 @@ def curves(
     )
 
 
-# ---- Normalization (book/05_normalization) -------------------------------------------
+# ---- Normalization (book/06_normalization) -------------------------------------------
 # padded_batch_diagram (a diagram of patches, not of data) lives in _diagrams.py
 
 
@@ -591,7 +592,7 @@ def error_vs_position(
     return ax
 
 
-# ---- Attention, from alignment scores to FlashAttention's trick (book/04_attention) --
+# ---- Attention, from alignment scores to FlashAttention's trick (book/05_attention) --
 
 
 def loglog_curves(
@@ -644,7 +645,7 @@ def loglog_curves(
     return ax
 
 
-# ---- A tiny Transformer (book/06_tiny_transformer) -----------------------------------
+# ---- A tiny Transformer (book/07_tiny_transformer) -----------------------------------
 
 
 def training_curves(
@@ -656,6 +657,8 @@ def training_curves(
 ) -> Axes:
     """Loss curves, one line per label: the mean over runs, with a min..max band.
 
+    :func:`seed_bands` with the axes of a loss curve, for runs of one length.
+
     Args:
         runs: label -> list of per-run loss sequences (all of one length, at least
             ``smooth`` steps).
@@ -666,7 +669,7 @@ def training_curves(
         "runs", runs, "a dict of label -> list of runs", "hold at least one label"
     )
     smooth = _validate.positive_int("smooth", smooth)
-    mean, spread, steps = {}, {}, None
+    arrays = {}
     for label, losses in runs.items():
         _validate.instance(f"runs[{label!r}]", losses, (list, tuple), "a list of runs")
         per_run = [
@@ -681,19 +684,18 @@ def training_curves(
                 f"runs[{label!r}] must hold runs of one length >= smooth = {smooth}, "
                 f"got lengths {[len(r) for r in per_run]}"
             )
-        kernel = np.ones(smooth) / smooth  # smooth <= the run length: checked above
-        smoothed = np.array([np.convolve(r, kernel, mode="valid") for r in per_run])
-        label_steps = np.arange(smoothed.shape[1]) + smooth
-        if steps is not None and label_steps.shape != steps.shape:
-            raise ValueError(f"runs must all have one length, runs[{label!r}] differs")
-        steps = label_steps
-        mean[label] = smoothed.mean(axis=0)
-        spread[label] = (smoothed.min(axis=0), smoothed.max(axis=0))
-    return named_series(
+        arrays[label] = np.array(per_run)  # (runs, n)
+    lengths = {a.shape[1] for a in arrays.values()}
+    if len(lengths) != 1:
+        raise ValueError(
+            f"runs must all have one length, got {sorted(lengths)} steps "
+            "(seed_bands draws runs of different lengths)"
+        )
+    return seed_bands(
         ax,
-        steps,
-        mean,
-        spread=spread,
+        np.arange(1, lengths.pop() + 1),
+        arrays,
+        smooth=smooth,
         legend="best",
         title=title,
         xlabel="training step",
@@ -749,7 +751,7 @@ def accuracy_by_length(
     return ax
 
 
-# ---- Performance and precision (book/08_performance) ---------------------------------
+# ---- Performance and precision (book/10_performance) ---------------------------------
 
 
 def ratio_bars(

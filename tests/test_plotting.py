@@ -366,6 +366,26 @@ BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
         r"runs\['a'\] must hold runs of one length >= smooth = 1, got lengths \[2, 1\]",
     ),
     (
+        "seed_bands",
+        lambda: plotting.seed_bands(_ax(), None, {"a": torch.ones(3)}),
+        ValueError,
+        r"runs\['a'\] must",
+    ),
+    (
+        "seed_bands",
+        lambda: plotting.seed_bands(_ax(), None, {"a": torch.ones(2, 3)}, smooth=4),
+        ValueError,
+        r"runs\['a'\] must have at least smooth = 4 values per seed, got 3",
+    ),
+    (
+        "training_curves",
+        lambda: plotting.training_curves(
+            _ax(), {"a": [[1.0, 2.0]], "b": [[1.0]]}, smooth=1
+        ),
+        ValueError,
+        r"runs must all have one length, got \[1, 2\] steps",
+    ),
+    (
         "accuracy_by_length",
         lambda: plotting.accuracy_by_length(
             _ax(), {"a": torch.ones(3, 2)}, (8, 16, 32), train_length=8
@@ -601,6 +621,19 @@ def test_training_curves_mean_and_band_and_accuracy_error_bars() -> None:
     plotting.accuracy_by_length(ax, {"alibi": acc}, (8, 16), train_length=8)
     np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [0.6, 1.0])
     assert ax.get_ylim() == (0, 1.05)
+
+
+def test_seed_bands_mean_and_band_for_runs_of_different_lengths() -> None:
+    ax = _ax()
+    runs = {"rope": np.array([[3.0, 2.0, 1.0], [5.0, 2.0, 3.0]]), "t5": np.ones((3, 2))}
+    plotting.seed_bands(ax, np.array([10.0, 20.0, 30.0]), runs, smooth=2)
+    rope, t5 = ax.get_lines()[:2]
+    # moving means of width 2: seed 0 gives 2.5, 1.5; seed 1 gives 3.5, 2.5
+    np.testing.assert_allclose(rope.get_ydata(), [3.0, 2.0])
+    np.testing.assert_array_equal(rope.get_xdata(), [20.0, 30.0])
+    assert np.isnan(t5.get_ydata()[1]), "a shorter run ends early"
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == 1.5 and band.max() == 3.5, "lowest to highest seed"
 
 
 def test_ratio_bars_draws_one_bar_per_ratio_top_to_bottom() -> None:
