@@ -13,6 +13,7 @@ from transformers.models.t5.modeling_t5 import T5Attention
 
 from companion import relative
 from companion.checks import relative as rchecks
+from companion.checks._core import CheckError
 from companion.rope import rope_frequencies
 
 # ---- check_t5_bucket -------------------------------------------------------------------
@@ -179,13 +180,37 @@ def decay_numpy(offsets, head_dim, base):
     return np.cos(np.asarray(offsets)[:, None] * theta).sum(axis=-1)
 
 
+def decay_float32(offsets, head_dim, base):
+    theta = base ** (-torch.arange(0, head_dim, 2) / head_dim)  # float32
+    return torch.cos(offsets.float()[:, None] * theta).sum(dim=-1)
+
+
 @pytest.mark.parametrize(
     "answer",
-    [decay_numpy, lambda m, d, b: relative.rope_decay_sum(m, d, base=b)],
-    ids=["numpy", "companion"],
+    [
+        decay_numpy,
+        lambda m, d, b: relative.rope_decay_sum(m, d, base=b),
+        decay_float32,  # 4.5e-4 off at m = 3535: correct, in float32
+        lambda m, d, b: relative.rope_decay_sum(m, d, base=b).tolist(),
+    ],
+    ids=["numpy", "companion", "float32", "list"],
 )
 def test_decay_sum_accepts(answer) -> None:
     assert rchecks.check_decay_sum(answer)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda m, d, b: relative.rope_decay_sum(m + 1, d, base=b),  # offsets from 1
+        lambda m, d, b: relative.rope_decay_sum(m, d, base=b) - 1,  # pair 0 left out
+        lambda m, d, b: relative.rope_decay_sum(m, d, base=b * 1.01),  # other base
+    ],
+    ids=["offsets-from-1", "pair-0-left-out", "base-1.01b"],
+)
+def test_decay_sum_rejects_near_misses(answer) -> None:
+    with pytest.raises(CheckError):
+        rchecks.check_decay_sum(answer)
 
 
 def test_decay_sum_names(named) -> None:
