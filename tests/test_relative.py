@@ -1309,18 +1309,20 @@ def test_position_family_model_builds_each_layer(scheme) -> None:
     assert position_family_model("alibi", _TINY).config.position == "alibi"
 
 
+_SMALL_COMPARISON = {
+    "seeds": (0, 1),
+    "steps": 3,
+    "config": _TINY,
+    "training_length": 6,
+    "eval_length": 10,
+    "lag": 2,
+    "batch_size": 4,
+    "num_sequences": 8,
+}
+
+
 def test_compare_position_schemes_small() -> None:
-    result = compare_position_schemes(
-        ("none", "shaw"),
-        seeds=(0, 1),
-        steps=3,
-        config=_TINY,
-        training_length=6,
-        eval_length=10,
-        lag=2,
-        batch_size=4,
-        num_sequences=8,
-    )
+    result = compare_position_schemes(("none", "shaw"), **_SMALL_COMPARISON)
     assert result.schemes == ("none", "shaw") and result.seeds == (0, 1)
     assert result.losses["shaw"].shape == (2, 3)
     assert result.accuracy["none"].shape == (2, 10)
@@ -1328,31 +1330,13 @@ def test_compare_position_schemes_small() -> None:
     expected = result.accuracy["shaw"][:, 6:].mean(dim=1)
     assert torch.equal(result.beyond("shaw"), expected)
     assert result.table().count("\n") == 3
-    # the same seeds give the same run
-    again = compare_position_schemes(
-        ("shaw",),
-        seeds=(0, 1),
-        steps=3,
-        config=_TINY,
-        training_length=6,
-        eval_length=10,
-        lag=2,
-        batch_size=4,
-        num_sequences=8,
-    )
+    # the same seeds give the same run, whichever schemes train beside it
+    again = compare_position_schemes(("shaw",), **_SMALL_COMPARISON)
     assert torch.equal(again.losses["shaw"], result.losses["shaw"])
 
 
 def test_compare_position_schemes_several_budgets() -> None:
-    kwargs = dict(
-        seeds=(0, 1),
-        config=_TINY,
-        training_length=6,
-        eval_length=10,
-        lag=2,
-        batch_size=4,
-        num_sequences=8,
-    )
+    kwargs = {k: v for k, v in _SMALL_COMPARISON.items() if k != "steps"}
     both = compare_position_schemes(("alibi",), steps={"alibi": (2, 4)}, **kwargs)
     short = compare_position_schemes(("alibi",), steps=2, **kwargs)
     long = compare_position_schemes(("alibi",), steps=4, **kwargs)
@@ -1368,5 +1352,10 @@ def test_compare_position_schemes_several_budgets() -> None:
         atol=0,
     )
     assert torch.allclose(both.losses["alibi"], long.losses["alibi"], atol=1e-6)
+    # the shorter budget is a run of its own, not the longer run stopped early
+    lag = kwargs["lag"]  # positions t < lag are nan
+    assert not torch.equal(
+        both.shorter["alibi", 2][:, lag:], long.accuracy["alibi"][:, lag:]
+    )
     with pytest.raises(ValueError, match=r"^steps must give every scheme its steps"):
         compare_position_schemes(("alibi", "none"), steps={"alibi": 2}, **kwargs)
