@@ -140,12 +140,34 @@ class QKNormSelfAttention(RotarySelfAttention):
         return super().attend(query, key, value, mask=mask, is_causal=is_causal)
 
 
-class SoftcapSelfAttention(RotarySelfAttention):
+class _SoftcappedScores(CausalSelfAttention):
+    """The one step :class:`SoftcapSelfAttention` changes: :func:`softcapped_attention`
+    in place of the plain attention. It sits below
+    :class:`~companion.model.RotarySelfAttention` in the method order, so RoPE's step
+    rotates ``q`` and ``k`` and then calls this (no second copy of the RoPE step)."""
+
+    cap: float
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        return softcapped_attention(
+            query, key, value, cap=self.cap, is_causal=is_causal
+        )
+
+
+class SoftcapSelfAttention(RotarySelfAttention, _SoftcappedScores):
     r"""RoPE self-attention whose scores are soft-capped, as Gemma 2's.
 
-    The position step rotates ``q`` and ``k`` (as
-    :class:`~companion.model.RotarySelfAttention`), then :func:`softcapped_attention`.
-    No mask other than the causal one.
+    The position step is :class:`~companion.model.RotarySelfAttention`'s own (it rotates
+    ``q`` and ``k``); the attention after it is :func:`softcapped_attention`. No mask
+    other than the causal one.
 
     Args:
         dim: model width.
@@ -173,20 +195,12 @@ class SoftcapSelfAttention(RotarySelfAttention):
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
     ) -> torch.Tensor:
-        if mask is not None:
+        if mask is not None:  # refused before any computation
             raise ValueError(
                 "mask must be None: SoftcapSelfAttention takes the causal mask only, "
                 f"got {_validate.describe(mask)}"
             )
-        L, S = query.shape[-2], key.shape[-2]
-        freqs = self.rope_frequencies
-        cos_q, sin_q = rope_cos_sin(torch.arange(S - L, S), freqs, dtype=query.dtype)
-        cos_k, sin_k = rope_cos_sin(torch.arange(S), freqs, dtype=key.dtype)
-        query = apply_rope(query, cos_q.to(query.device), sin_q.to(query.device))
-        key = apply_rope(key, cos_k.to(key.device), sin_k.to(key.device))
-        return softcapped_attention(
-            query, key, value, cap=self.cap, is_causal=is_causal
-        )
+        return super().attend(query, key, value, is_causal=is_causal)
 
 
 ATTENTION_KINDS = ("rope", "qk_norm", "softcap")
@@ -436,11 +450,18 @@ class SinkCache:
         _validate.tensor_like(
             "value", value, "key", key, ndim=4, meaning="(B, H, L, D)"
         )
+        _validate.same_size("key", key, 0, "value", value, 0, "batch")
+        _validate.same_size("key", key, 1, "value", value, 1, "heads")
         _validate.same_size("key", key, -2, "value", value, -2, "length (L)")
-        self.seen += key.shape[-2]
-        if self.keys is not None:
+        if self.keys is not None:  # all checks before any state changes
             _validate.same_size("key", key, 0, "the cached keys", self.keys, 0, "batch")
             _validate.same_size("key", key, 1, "the cached keys", self.keys, 1, "heads")
+            _validate.same_size("key", key, -1, "the cached keys", self.keys, -1, "D")
+            _validate.same_size(
+                "value", value, -1, "the cached values", self.values, -1, "D"
+            )
+        self.seen += key.shape[-2]
+        if self.keys is not None:
             key = torch.cat([self.keys, key], dim=-2)
             value = torch.cat([self.values, value], dim=-2)
         keep = sink_cache_keep(key.shape[-2], sinks=self.sinks, window=self.window)

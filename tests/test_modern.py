@@ -82,6 +82,24 @@ def test_softcapped_attention_matches_gemma2_eager() -> None:
     torch.testing.assert_close(got, want.transpose(1, 2))
 
 
+def test_softcap_layer_is_rope_then_softcapped_attention() -> None:
+    # the layer's attend = RotarySelfAttention's RoPE step, then softcapped_attention
+    torch.manual_seed(0)
+    layer = modern.SoftcapSelfAttention(16, 2, cap=0.7).double()
+    q, k, v = (torch.randn(2, 2, 5, 8, dtype=torch.float64) for _ in range(3))
+    cos, sin = rope_cos_sin(torch.arange(5), layer.rope_frequencies, dtype=q.dtype)
+    expected = modern.softcapped_attention(
+        apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, cap=0.7, is_causal=True
+    )
+    torch.testing.assert_close(
+        layer.attend(q, k, v, is_causal=True), expected, atol=1e-12, rtol=0
+    )
+    plain = modern.softcapped_attention(q, k, v, cap=0.7, is_causal=True)
+    assert (layer.attend(q, k, v, is_causal=True) - plain).abs().max() > 1e-3
+    with pytest.raises(ValueError, match=r"^mask must be None"):
+        layer.attend(q, k, v, mask=torch.zeros(5, 5, dtype=torch.float64))
+
+
 def test_softcapped_attention_large_cap_is_plain_attention() -> None:
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, 5, 4, generator=gen, dtype=F64) for _ in range(3))
@@ -461,4 +479,25 @@ BAD_INPUTS = [
         ValueError,
         r"^key and the cached keys|heads",
     ),
+    (
+        "SinkCache.update",
+        lambda: modern.SinkCache(sinks=1, window=2).update(
+            torch.zeros(1, 1, 1, 4), torch.zeros(1, 2, 1, 4)
+        ),
+        ValueError,
+        r"^key and value must have the same heads size",
+    ),
+    (
+        "SinkCache.update",
+        lambda: _cache().update(torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8)),
+        ValueError,
+        r"^key and the cached keys must have the same D size",
+    ),
 ]
+
+
+def test_sink_cache_refused_update_leaves_the_cache_unchanged() -> None:
+    cache = _cache()
+    with pytest.raises(ValueError):
+        cache.update(torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8))
+    assert cache.seen == 3 and cache.keys.shape == (1, 2, 3, 4)
