@@ -91,10 +91,11 @@ def check_sink_cache_keep(sink_cache_keep: Callable[..., object]) -> Iterator[Ca
 
     Reference: :func:`companion.modern.sink_cache_keep`: the first ``sinks`` and the
     last ``window`` indices in increasing order, every index while
-    ``length <= sinks + window``; an integer tensor or a list of ints. Named mistakes:
-    "sinks dropped" (only the last ``window``), "one token too many" (the last
-    ``window + 1``), "sinks repeated" (the first tokens counted twice while the stream
-    is short).
+    ``length <= sinks + window``; a tensor, a NumPy array or a list of the indices
+    passes (any number type). Named mistakes: "sinks dropped" (only the last
+    ``window``), "one token too many" (the last ``window + 1``), "sinks repeated" (the
+    first tokens counted twice while the stream is short), "order reversed" (the
+    indices in decreasing order).
 
     Args:
         sink_cache_keep: a function ``sink_cache_keep(length, sinks, window)``.
@@ -131,6 +132,12 @@ def check_sink_cache_keep(sink_cache_keep: Callable[..., object]) -> Iterator[Ca
                 "and recent: keep it once (all the indices, in order).",
                 repeated,
             ),
+            Mistake(
+                "order reversed",
+                "return the indices in increasing order, the order of the tokens in the "
+                "text (and in the cache).",
+                right.flip(0),
+            ),
         ]
         yield Case(
             "the first sinks and the last window tokens, in order",
@@ -139,7 +146,6 @@ def check_sink_cache_keep(sink_cache_keep: Callable[..., object]) -> Iterator[Ca
             mistakes,
             atol=0.0,
             rtol=0.0,
-            integer=True,
         )
 
 
@@ -151,10 +157,12 @@ def check_padding_position_ids(
     batch as Hugging Face's ``generate`` makes them.
 
     Reference: :func:`companion.modern.padding_position_ids`:
-    ``cumsum(attention_mask) - 1`` along each row, 0 at padding. An integer tensor or
-    nested lists of ints pass. Named mistakes: "padding ignored" (``0 .. L - 1`` in
-    every row), "cumsum without the - 1" (the first real token at position 1), "padding
-    left at -1" (no fill).
+    ``cumsum(attention_mask) - 1`` along each row, 0 at padding. A tensor, a NumPy array
+    or nested lists of the positions pass (any number type). Named mistakes: "padding
+    ignored" (``0 .. L - 1`` in every row), "cumsum without the - 1" (the first real
+    token at position 1), "padding not set to 0" (no fill: -1 before the first real
+    token, the last position repeated after the last), "padding clamped at 0" (right
+    padding keeps the last position), "padding set to 1".
 
     Args:
         padding_position_ids: a function ``(attention_mask (B, L) of 0/1) -> (B, L)``.
@@ -180,10 +188,23 @@ def check_padding_position_ids(
                 cumsum.masked_fill(mask == 0, 0),
             ),
             Mistake(
-                "padding left at -1",
-                "padding slots come out of cumsum - 1 as -1 (left padding); set them to "
-                "0, as Hugging Face does (their keys are masked anyway).",
+                "padding clamped at 0",
+                "clamping cumsum - 1 at 0 fixes left padding only: padding after the "
+                "last real token (right padding) must be 0 as well.",
+                (cumsum - 1).clamp(min=0),
+            ),
+            Mistake(
+                "padding not set to 0",
+                "cumsum - 1 gives -1 at padding before the first real token and repeats "
+                "the last position at padding after the last one; set every padding "
+                "slot to 0, as Hugging Face does (their keys are masked anyway).",
                 cumsum - 1,
+            ),
+            Mistake(
+                "padding set to 1",
+                "padding slots are 0 in Hugging Face's generate (transformers 5.23), "
+                "not 1.",
+                (cumsum - 1).masked_fill(mask == 0, 1),
             ),
         ]
         yield Case(
@@ -193,7 +214,6 @@ def check_padding_position_ids(
             mistakes,
             atol=0.0,
             rtol=0.0,
-            integer=True,
         )
 
 

@@ -130,13 +130,35 @@ def test_padding_position_ids_names(named) -> None:
     )
     named(
         lambda: checks.check_padding_position_ids(lambda m: m.cumsum(-1) - 1),
-        "padding left at -1",
+        "padding not set to 0",
+    )
+    named(
+        lambda: checks.check_padding_position_ids(
+            lambda m: (m.cumsum(-1) - 1).clamp(min=0)
+        ),
+        "padding clamped at 0",
+    )
+    named(
+        lambda: checks.check_padding_position_ids(
+            lambda m: (m.cumsum(-1) - 1).masked_fill(m == 0, 1)
+        ),
+        "padding set to 1",
     )
 
 
-def test_padding_position_ids_float_answer_is_refused() -> None:
-    with pytest.raises(CheckError, match="integer"):
-        checks.check_padding_position_ids(lambda m: positions_hf(m).double())
+def test_padding_position_ids_float_and_numpy_answers_pass() -> None:
+    # the right positions as float64 or NumPy: the values are what is asked
+    assert checks.check_padding_position_ids(lambda m: positions_hf(m).double())
+    assert checks.check_padding_position_ids(lambda m: positions_hf(m).numpy())
+
+
+def test_sink_cache_keep_names_a_reversed_order(named) -> None:
+    named(
+        lambda: checks.check_sink_cache_keep(
+            lambda n, s, w: modern.sink_cache_keep(n, sinks=s, window=w).flip(0)
+        ),
+        "order reversed",
+    )
 
 
 # ---- check_stablelm_port -------------------------------------------------------------
