@@ -85,6 +85,8 @@ def test_mistral_receptive_field_is_131040_tokens() -> None:
     )
     assert c.head_dim == 128
     assert modern.receptive_field([c.sliding_window] * c.num_hidden_layers) == 131_040
+    # the paper's count: positions i - W .. i (W + 1 of them), W per layer
+    assert c.sliding_window * c.num_hidden_layers == 131_072
 
 
 def test_windowed_cache_savings_of_the_published_configs() -> None:
@@ -117,6 +119,8 @@ def test_qk_norm_bound_at_initialization_and_softcap_slope() -> None:
     q = rms_norm(e, 128, ones, eps=1e-12)
     assert (q @ q).item() / math.sqrt(128) == pytest.approx(bound, rel=1e-6)
     assert f"{math.exp(2 * bound):.2e}" == "6.71e+09"
+    # Gemma 3 27B: D = 128 scaled by query_pre_attn_scalar ** -0.5 = 168 ** -0.5
+    assert round(128 / math.sqrt(168), 1) == 9.9
     s = torch.tensor([150.0], dtype=F64, requires_grad=True)
     (slope,) = torch.autograd.grad(modern.softcap(s, 50.0).sum(), s)
     assert slope.item() < 0.01
@@ -134,7 +138,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_qk_norm_trains_where_plain_and_softcapped_attention_never_learn(
+def test_qk_norm_trains_where_plain_and_softcapped_attention_do_not_within_the_budget(
     one_thread,
 ) -> None:
     sizes = model.ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
@@ -148,8 +152,8 @@ def test_qk_norm_trains_where_plain_and_softcapped_attention_never_learn(
         runs = model.train_batched(
             nets, seeds=seeds, steps=steps, batch_size=32, length=16, lag=2, lr=lr
         )
-        if steps != 200:  # three times the budget: the lowest loss of each run
-            return nets, torch.tensor([min(r.losses) for r in runs])
+        if steps != 200:  # three times the budget: the losses of each run
+            return nets, [r.losses for r in runs]
         return nets, torch.tensor([sum(r.losses[-20:]) / 20 for r in runs])
 
     ids = model.lag_task(
@@ -159,7 +163,8 @@ def test_qk_norm_trains_where_plain_and_softcapped_attention_never_learn(
     assert (plain_final > 2.0).all()
     for net in plain:
         s = modern.attention_maps(net, ids, scores=True)
-        assert s[s.isfinite()].abs().max() > 1e4
+        assert s[s.isfinite()].abs().max() > 1e5
+        assert model.accuracy(net, length=16, lag=2) < 0.5  # not solved
     qk, qk_final = run("qk_norm", 0.3)
     assert (qk_final < 0.01).all()
     assert all(model.accuracy(n, length=16, lag=2) == 1 for n in qk)
@@ -169,14 +174,21 @@ def test_qk_norm_trains_where_plain_and_softcapped_attention_never_learn(
             layers, modern.attention_maps(net, ids, scores=True), strict=True
         ):
             bound = modern.qk_norm_logit_bound(m.q_norm.weight, m.k_norm.weight)
-            assert s[s.isfinite()].abs().max() <= bound
+            assert s[s.isfinite()].abs().max() <= bound < 213
+            gains = torch.cat([m.q_norm.weight, m.k_norm.weight]).abs().max()
+            assert gains < 9.6  # from 1 at initialization
     capped, capped_final = run("softcap", 0.3)
     assert (capped_final > 2.0).all()
     for net in capped:
         s = modern.attention_maps(net, ids, scores=True)
         assert (s[s.isfinite()].abs() > 0.99 * 5.0).double().mean() > 0.9
-    for kind in ("rope", "softcap"):  # 600 steps: no run gets below 1 nat
-        assert (run(kind, 0.3, steps=600)[1] > 1.0).all()
+    longer = {kind: run(kind, 0.3, steps=600)[1] for kind in ("rope", "softcap")}
+    for losses in longer.values():  # 600 steps: no run gets below 1 nat
+        assert all(min(c) > 1.0 for c in losses)
+    late = [(sum(c[380:400]) / 20, sum(c[580:600]) / 20) for c in longer["softcap"]]
+    assert late[2][1] < late[2][0] < 2.0  # soft-cap seed 2 still improving at 600
+    assert sum(longer["rope"][2][580:600]) / 20 > 10  # plain seed 2 blows up
+    assert sum(longer["softcap"][0][580:600]) / 20 > 10  # and soft-cap seed 0
     reference, _ = run("rope", 0.03)
     assert all(model.accuracy(n, length=16, lag=2) == 1 for n in reference)
     # no attention sink: token 0 gets less than a uniform share, no head a fifth
@@ -296,6 +308,9 @@ def test_left_padding_gpt2_needs_counted_positions_qwen3_does_not() -> None:
                 got = hf(padded, attention_mask=mask, position_ids=pos).logits[0, -1]
                 gap = (got - want).abs().max()
                 assert gap > 1e-2 if large else gap < 1e-5
+        # a control: this Qwen3 reads positions (every distance doubled)
+        doubled = qwen3(alone, position_ids=torch.arange(6)[None] * 2).logits[0, -1]
+        assert (doubled - qwen3(alone).logits[0, -1]).abs().max() > 1e-2
     # the copy's generate on a left-padded batch: Hugging Face's tokens
     gen = torch.Generator().manual_seed(8)
     prompts = [torch.randint(3, 61, (n,), generator=gen) for n in (9, 5, 2)]
