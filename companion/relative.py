@@ -764,8 +764,8 @@ def longrope_frequencies(
 ) -> tuple[Tensor, float]:
     r"""LongRoPE (Ding et al., 2024) as Phi-3 uses it: one rescale factor per pair.
 
-    :math:`\theta'_i = \theta_i / \lambda_i` with :math:`\theta_i = b^{-2i/D}` and
-    :math:`\lambda` the ``long_factor`` list when the sequence is longer than the
+    :math:`\theta'_i = \theta_i / \kappa_i` with :math:`\theta_i = b^{-2i/D}` and
+    :math:`\kappa` the ``long_factor`` list when the sequence is longer than the
     training length (``seq_len > original_max_position_embeddings``), the
     ``short_factor`` list otherwise (``seq_len`` ``None`` or 0 included). The lists
     were found by LongRoPE's evolutionary search and ship in the model's config. This

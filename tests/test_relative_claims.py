@@ -123,8 +123,9 @@ def test_nope_signal_shrinks() -> None:
 
 
 def test_rope_pair_turns_past_half_a_circle_at_32() -> None:
-    """RoPE's second pair of the test bench (theta = 0.1) reaches pi at distance 31.4:
-    the first distance whose score no longer falls with the distance."""
+    """RoPE's second pair of the test bench (theta = 0.1) reaches pi at distance 31.4,
+    where that pair's cosine stops falling with the distance (the chapter's reading of
+    RoPE's failure just past 31)."""
     from companion.rope import rope_frequencies
 
     theta = rope_frequencies(8, base=1e4)
@@ -170,3 +171,42 @@ def test_t5_extrapolation_depends_on_the_seed(comparison) -> None:
     assert (comparison.inside("t5") == 1).all()
     assert float(beyond.max() - beyond.min()) > 0.2 and float(beyond.min()) > 0.5
     assert [round(v, 2) for v in beyond.tolist()] == [0.64, 0.92, 0.98]
+
+
+def test_from_hf_copies_longrope_but_not_every_rope_type() -> None:
+    """The LongRoPE section: from_hf copies longrope (Phi-3 only) and every RoPE type of
+    transformers' ROPE_INIT_FUNCTIONS but 'proportional'."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from companion.decoder import ROPE_TYPES
+
+    assert "longrope" in ROPE_TYPES
+    assert sorted(set(ROPE_INIT_FUNCTIONS) - set(ROPE_TYPES)) == ["proportional"]
+
+
+@pytest.fixture(scope="module")
+def slow_schemes():
+    """none and alibi at the chapter's budgets: 500 and 1000 steps, seeds 0-2."""
+    from companion.relative import compare_position_schemes
+
+    torch.set_num_threads(1)
+    return compare_position_schemes(
+        ("none", "alibi"), steps={"none": (500, 1000), "alibi": (500, 1000)}
+    )
+
+
+def test_none_and_alibi_are_a_fixed_budget(slow_schemes) -> None:
+    """The table's none and alibi rows (0.770 / 0.269, 0.988 / 0.885), still learning
+    at 1000 steps, and lower inside and beyond at 500."""
+    r = slow_schemes
+    assert round(float(r.inside("none").mean()), 3) == 0.770
+    assert round(float(r.beyond("none").mean()), 3) == 0.269
+    assert round(float(r.inside("alibi").mean()), 3) == 0.988
+    assert round(float(r.beyond("alibi").mean()), 3) == 0.885
+    for s in ("none", "alibi"):
+        drop = r.losses[s][:, -250:-200].mean() - r.losses[s][:, -50:].mean()
+        assert drop > 0, s  # the loss still falls over the last 200 steps
+        half = r.shorter[s, 500]
+        assert half[:, r.lag : r.training_length].mean() < r.inside(s).mean(), s
+        assert half[:, r.training_length :].mean() < r.beyond(s).mean(), s
+    assert r.inside("none").mean() > 2 * r.beyond("none").mean()  # the NoPE section
