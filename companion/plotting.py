@@ -897,7 +897,8 @@ def seed_bands(
     schemes trained for different numbers of steps).
 
     Args:
-        x: abscissae of the longest run (``None``: ``1, 2, ...``).
+        x: abscissae of the longest run (``None``: ``1, 2, ...``); a moving mean is
+            drawn at the abscissa of the last value of its window.
         runs: label -> ``(seeds, n)`` values; ``n`` may differ between labels.
         smooth: width of a moving average over each seed's values (1 for none).
         yscale: ``"linear"``, ``"log"`` or ``"log2"``.
@@ -916,7 +917,8 @@ def seed_bands(
                 f"seed, got {a.shape[1]}"
             )
     kernel = np.ones(smooth) / smooth
-    length = max(a.shape[1] for a in arrays.values()) - smooth + 1
+    longest = max(a.shape[1] for a in arrays.values())
+    length = longest - smooth + 1
     mean, spread = {}, {}
     for label, a in arrays.items():
         s = np.array([np.convolve(r, kernel, mode="valid") for r in a])
@@ -924,7 +926,9 @@ def seed_bands(
         padded[:, : s.shape[1]] = s
         mean[label] = padded.mean(axis=0)
         spread[label] = (padded.min(axis=0), padded.max(axis=0))
-    xs = None if x is None else _values("x", x)[smooth - 1 :]
+    # a moving mean is drawn at the last step of its window, with or without x
+    xs = np.arange(1.0, longest + 1) if x is None else _values("x", x)
+    xs = xs[smooth - 1 :]
     return named_series(
         ax,
         xs,

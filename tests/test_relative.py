@@ -1359,3 +1359,24 @@ def test_compare_position_schemes_several_budgets() -> None:
     )
     with pytest.raises(ValueError, match=r"^steps must give every scheme its steps"):
         compare_position_schemes(("alibi", "none"), steps={"alibi": 2}, **kwargs)
+
+
+def test_seed_bands_without_x_draws_a_moving_mean_at_its_last_step() -> None:
+    """plotting.seed_bands (the chapter's loss figure): with x=None the smoothed values
+    sit where they would with x = 1, 2, ... given (before the fix: shifted left by
+    smooth - 1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from companion import plotting
+
+    runs = {"rope": torch.tensor([[3.0, 2.0, 1.0, 0.0], [5.0, 2.0, 3.0, 0.0]])}
+    fig, (a, b) = plt.subplots(1, 2)
+    plotting.seed_bands(a, None, runs, smooth=3)
+    plotting.seed_bands(b, torch.arange(1, 5), runs, smooth=3)
+    line_a, line_b = a.get_lines()[0], b.get_lines()[0]
+    assert list(line_a.get_xdata()) == list(line_b.get_xdata()) == [3.0, 4.0]
+    assert list(line_a.get_ydata()) == pytest.approx([8 / 3, 4 / 3])
+    plt.close(fig)
