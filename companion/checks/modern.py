@@ -245,16 +245,17 @@ def _stablelm_port(mistake: str = "") -> Port:
             intermediate_size=c.intermediate_size,
             positions="rope",
             norm="rms" if mistake == "rms" else "layer",
-            eps=float(c.layer_norm_eps),
+            eps=1e-6 if mistake == "eps" else float(c.layer_norm_eps),
             mlp="gated",
-            activation=c.hidden_act,
+            activation="gelu" if mistake == "gelu" else c.hidden_act,
             parallel_residual=False,
             tied_embeddings=bool(c.tie_word_embeddings),
             qkv_bias=bool(c.use_qkv_bias),
             max_positions=c.max_position_embeddings,
             rotary_dim=head_dim if mistake == "full" else int(head_dim * partial),
             rope=rope,
-            scales=(head_dim**-0.5,) * c.num_hidden_layers,
+            scales=(head_dim ** (-1.0 if mistake == "scale" else -0.5),)
+            * c.num_hidden_layers,
         )
 
     def norm(dst: torch.nn.Module, src: torch.nn.Module) -> None:
@@ -304,6 +305,19 @@ _STABLELM_MISTAKES = {
         "copy each LayerNorm's bias as well as its weight (input_layernorm, "
         "post_attention_layernorm and the final norm).",
     ),
+    "scale": (
+        "score scale 1/D",
+        "the scores are scaled by 1/sqrt(head_dim), not 1/head_dim: "
+        "scales=(head_dim ** -0.5,) * num_layers.",
+    ),
+    "eps": (
+        "norm eps not layer_norm_eps",
+        "the LayerNorms use config.layer_norm_eps (1e-5 by default), not 1e-6.",
+    ),
+    "gelu": (
+        "GELU instead of hidden_act",
+        "the gated MLP's activation is config.hidden_act (SiLU by default).",
+    ),
 }
 
 
@@ -341,7 +355,9 @@ def check_stablelm_port(stablelm_port: object) -> CheckResult:
     q/k/v biases, half of each head rotated and tied embeddings), every weight perturbed
     so that each one matters, ``from_hf(model, port=stablelm_port())`` must give Hugging
     Face's logits within ``1e-4``. Named mistakes: "RoPE on the whole head", "RMSNorm
-    instead of LayerNorm", "LayerNorm biases not copied".
+    instead of LayerNorm", "LayerNorm biases not copied", "score scale 1/D", "norm eps
+    not layer_norm_eps", "GELU instead of hidden_act"; a load that copies into a bias
+    the copy lacks is pointed at the spec's bias fields.
 
     Args:
         stablelm_port: a function of no arguments returning the port.
@@ -375,12 +391,18 @@ def check_stablelm_port(stablelm_port: object) -> CheckResult:
             try:
                 copy = from_hf(model, port=port)
             except Exception as exc:  # the learner's spec or load may raise anything
+                hint = (
+                    " - the copy lacks a weight or bias that the model has: compare "
+                    "the spec's bias fields (qkv_bias from use_qkv_bias) with the config"
+                    if isinstance(exc, AttributeError) and "NoneType" in str(exc)
+                    else ""
+                )
                 raise CheckError(
                     check,
                     "from_hf builds the copy",
                     shown["model"],
                     f"from_hf(model, port=stablelm_port()) raised "
-                    f"{type(exc).__name__}: {exc}",
+                    f"{type(exc).__name__}: {exc}{hint}",
                 ) from exc
             with torch.no_grad():
                 got, want = copy(ids), model(ids).logits

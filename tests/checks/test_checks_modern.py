@@ -174,6 +174,9 @@ def test_stablelm_port_accepts_the_reference() -> None:
         ("full", "RoPE on the whole head"),
         ("rms", "RMSNorm instead of LayerNorm"),
         ("bias", "LayerNorm biases not copied"),
+        ("scale", "score scale 1/D"),
+        ("eps", "norm eps not layer_norm_eps"),
+        ("gelu", "GELU instead of hidden_act"),
     ],
 )
 def test_stablelm_port_names(named, mistake: str, name: str) -> None:
@@ -213,3 +216,16 @@ def test_stub_is_not_attempted(check, capsys) -> None:
     result = check(_stub)
     assert result == False  # noqa: E712 - a CheckResult compares equal to False
     assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_stablelm_port_without_qkv_bias_is_pointed_at_the_spec() -> None:
+    def no_bias():
+        port = checks._stablelm_port()
+
+        def spec(model):
+            return {**port.spec(model), "qkv_bias": False}
+
+        return type(port)(spec=spec, load=port.load, layers=port.layers)
+
+    with pytest.raises(CheckError, match=r"qkv_bias from use_qkv_bias"):
+        checks.check_stablelm_port(no_bias)
