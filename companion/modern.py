@@ -105,12 +105,14 @@ def softcapped_attention(
 class QKNormSelfAttention(RotarySelfAttention):
     r"""RoPE self-attention with QK-norm: queries and keys RMS-normalized per head.
 
-    As Qwen3 and OLMo 2 (``q_norm``, ``k_norm``): an :class:`~companion.norm.RMSNorm`
-    over the head width ``D/H`` with a learned gain (initialized to one, shared by the
-    heads), applied to ``q`` and ``k`` after the head split and *before* RoPE, then
+    As Qwen3 (``q_norm``, ``k_norm``): an :class:`~companion.norm.RMSNorm` over the
+    head width ``D/H`` with a learned gain (initialized to one, shared by the heads),
+    applied to ``q`` and ``k`` after the head split and *before* RoPE, then
     :class:`~companion.model.RotarySelfAttention`'s step. Only ``attend`` is overridden.
-    (OLMo 2 normalizes over the whole width before the split; the bound of
-    :func:`qk_norm_logit_bound` holds per head either way.)
+    (OLMo 2 normalizes all heads' queries together, over the whole width ``H * D``,
+    before the split: one head can then hold the whole norm, ``||q_h||^2 <= H D``, and
+    :func:`qk_norm_logit_bound` does not hold per head; the bound there is ``H`` times
+    larger.)
 
     Args:
         dim: model width.

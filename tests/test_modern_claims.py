@@ -121,6 +121,11 @@ def test_qk_norm_bound_at_initialization_and_softcap_slope() -> None:
     assert f"{math.exp(2 * bound):.2e}" == "6.71e+09"
     # Gemma 3 27B: D = 128 scaled by query_pre_attn_scalar ** -0.5 = 168 ** -0.5
     assert round(128 / math.sqrt(168), 1) == 9.9
+    # OLMo 2's norm over all H heads together: one head reaches H sqrt(D), not sqrt(D)
+    e_all = torch.zeros(4 * 8, dtype=F64)
+    e_all[0] = 1.0
+    head0 = rms_norm(e_all, 32, torch.ones(32, dtype=F64), eps=1e-12)[:8]
+    assert (head0 @ head0).item() / math.sqrt(8) == pytest.approx(4 * math.sqrt(8))
     s = torch.tensor([150.0], dtype=F64, requires_grad=True)
     (slope,) = torch.autograd.grad(modern.softcap(s, 50.0).sum(), s)
     assert slope.item() < 0.01
