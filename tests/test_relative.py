@@ -624,9 +624,10 @@ def test_rope_base_lower_bound_against_a_dense_scan(length, d) -> None:
 
 def test_admissible_bases_are_not_an_interval() -> None:
     # D = 128, L = 1024: the island at the bound (4.29e3, the paper's 4.3e3), a gap,
-    # then admissible again from about 6.0e3 (a grid scan would report that one)
-    verdicts = [_admissible(b, 1024, 128) for b in (4293.0, 4294.0, 5000.0, 6100.0)]
-    assert verdicts == [False, True, False, True]
+    # a second island near 5.6e3, a gap, then admissible again from about 6.0e3
+    bases = (4293.0, 4294.0, 5000.0, 5620.0, 5800.0, 6100.0)
+    verdicts = [_admissible(b, 1024, 128) for b in bases]
+    assert verdicts == [False, True, False, True, False, True]
 
 
 @pytest.mark.parametrize(
