@@ -210,3 +210,24 @@ def test_none_and_alibi_are_a_fixed_budget(slow_schemes) -> None:
         assert half[:, r.lag : r.training_length].mean() < r.inside(s).mean(), s
         assert half[:, r.training_length :].mean() < r.beyond(s).mean(), s
     assert r.inside("none").mean() > 2 * r.beyond("none").mean()  # the NoPE section
+
+
+def test_rope_fails_by_attending_to_keys_past_31(comparison) -> None:
+    """The RoPE bullet: in the last layer the query at t = 24 attends to the answer (two
+    back); at t = 50 almost all its attention is on keys 32 or more places back."""
+    from companion.model import lag_task
+    from companion.modern import attention_maps
+
+    vocab = comparison.models["rope"][0].config.vocab_size
+    probe, _ = lag_task(
+        64, 64, lag=2, vocab_size=vocab, generator=torch.Generator().manual_seed(1)
+    )
+    distance = torch.arange(64)[:, None] - torch.arange(64)
+    with torch.no_grad():
+        last = torch.stack(
+            [attention_maps(m, probe)[-1] for m in comparison.models["rope"]]
+        )
+    answer = {t: last[..., t, distance[t] == 2].sum(-1).mean() for t in (24, 50)}
+    far = {t: last[..., t, distance[t] >= 32].sum(-1).mean() for t in (24, 50)}
+    assert answer[24] > 0.99 and far[24] == 0
+    assert answer[50] < 0.1 and far[50] > 0.9
