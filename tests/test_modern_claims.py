@@ -197,11 +197,14 @@ def test_qk_norm_trains_where_plain_and_softcapped_attention_do_not_within_the_b
     reference, _ = run("rope", 0.03)
     assert all(model.accuracy(n, length=16, lag=2) == 1 for n in reference)
     # no attention sink: token 0 gets less than a uniform share, no head a fifth
-    uniform = (1 / (torch.arange(4, 16) + 1.0)).mean()
+    uniform = (1 / (torch.arange(4, 16) + 1.0)).mean().item()
+    largest = 0.0
     for nets in (reference, qk):
         for net in nets:
             mass = modern.attention_maps(net, ids)[..., 4:, 0].mean(dim=(1, 3))
             assert mass.mean() < uniform and mass.max() < 0.2
+            largest = max(largest, mass.max().item())
+    assert 1 < largest / uniform < 1.5  # single heads may pass the uniform share
 
 
 def test_adam_first_step_is_the_learning_rate() -> None:
