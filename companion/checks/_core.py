@@ -293,7 +293,7 @@ def expect_close(
     rtol: float = 1e-4,
     mistakes: Sequence[Mistake] = (),
     check_dtype: bool = False,
-    integer: bool = False,
+    integer: bool | str = False,
 ) -> None:
     """Raise :class:`CheckError` unless ``got`` matches ``expected`` within tolerance.
 
@@ -313,9 +313,13 @@ def expect_close(
         rtol: relative tolerance.
         mistakes: known wrong answers on this case, tried in order.
         check_dtype: also require ``got``'s dtype to be ``expected``'s.
-        integer: also require an integer dtype (class indices, token ids).
+        integer: also require an integer dtype: ``True`` for class indices (a float
+            answer is the known mistake "float targets", as ``F.cross_entropy`` reads
+            targets), or a string saying why the answer must be integers (it indexes a
+            table, ...), shown when it is not.
     """
     _validate.tensor("expected", expected, dtype=None)
+    _validate.instance("integer", integer, (bool, str), "a bool or a reason (str)")
     _validate.real("atol", atol, minimum=0.0)
     _validate.real("rtol", rtol, minimum=0.0)
     where = describe_inputs(inputs)
@@ -325,8 +329,12 @@ def expect_close(
             check,
             prop,
             where,
-            "Return a torch.Tensor (NumPy arrays and lists of numbers are fine too).",
-            expected=f"a tensor of shape {tuple(expected.shape)}",
+            "Return a number (int or float, or a 0-d tensor)."
+            if expected.ndim == 0
+            else "Return a torch.Tensor (NumPy arrays and lists of numbers are fine too).",
+            expected="a number"
+            if expected.ndim == 0
+            else f"a tensor of shape {tuple(expected.shape)}",
             got=_validate.describe(got),
         )
     if tensor.shape != expected.shape:
@@ -372,7 +380,17 @@ def expect_close(
             expected=str(expected.dtype),
             got=str(tensor.dtype),
         )
-    if integer and (tensor.dtype.is_floating_point or tensor.dtype.is_complex):
+    not_integer = tensor.dtype.is_floating_point or tensor.dtype.is_complex
+    if isinstance(integer, str) and not_integer:
+        raise CheckError(
+            check,
+            prop,
+            where,
+            f"Return an integer tensor (torch.long): {integer}.",
+            expected=f"an integer dtype such as {expected.dtype}",
+            got=str(tensor.dtype),
+        )
+    if integer is True and not_integer:
         raise CheckError(
             check,
             prop,
@@ -578,7 +596,8 @@ class Case:
         atol: absolute tolerance.
         rtol: relative tolerance.
         check_dtype: require the reference's exact dtype.
-        integer: require an integer dtype.
+        integer: require an integer dtype: ``True`` for class indices, or a string
+            saying why (see :func:`expect_close`).
         parts: names of the parts of a tuple answer, e.g. ``("cos", "sin")``.
         learner: which of the checker's function arguments to call (its parameter name);
             ``None``: the first.
@@ -592,7 +611,7 @@ class Case:
     atol: float = 1e-5
     rtol: float = 1e-4
     check_dtype: bool = False
-    integer: bool = False
+    integer: bool | str = False
     parts: tuple[str, ...] | None = None
     learner: str | None = None
     shown: dict[str, object] | None = field(default=None)

@@ -117,6 +117,23 @@ def test_integer_dtype_required_when_asked() -> None:
     assert info.value.mistake == "float targets"
 
 
+def test_integer_with_a_reason_says_the_reason_and_names_no_mistake() -> None:
+    why = "buckets index the bias table"
+    _expect(torch.tensor([1, 2]), torch.tensor([1, 2]), integer=why)
+    with pytest.raises(
+        CheckError, match=f"integer tensor \\(torch.long\\): {why}"
+    ) as info:
+        _expect(torch.tensor([1.0, 2.0]), torch.tensor([1, 2]), integer=why)
+    assert info.value.mistake is None, "no cross-entropy story for a table index"
+
+
+def test_a_number_answer_is_asked_for_as_a_number() -> None:
+    with pytest.raises(CheckError, match=r"Return a number \(int or float"):
+        _expect("9", torch.tensor(9.0))
+    with pytest.raises(CheckError, match=r"Return a torch.Tensor"):
+        _expect("9", torch.zeros(2))
+
+
 def test_nan_where_the_reference_is_finite_is_explained() -> None:
     with pytest.raises(CheckError, match=r"NaN or inf \(first at index \(1,\)\)"):
         _expect(torch.tensor([0.0, float("nan")]), torch.zeros(2))
