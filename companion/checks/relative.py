@@ -85,7 +85,7 @@ def check_t5_bucket(t5_bucket: Callable[..., object]) -> Iterator[Case]:
             },
             ref,
             mistakes,
-            integer=True,
+            integer="buckets index T5's table of learned biases (an nn.Embedding)",
             atol=0.0,
             rtol=0.0,
         )
@@ -145,7 +145,7 @@ def check_shaw_relative_index(
                     rel + k,
                 ),
             ],
-            integer=True,
+            integer="rows index Shaw et al.'s table of 2K + 1 learned vectors",
             atol=0.0,
             rtol=0.0,
         )

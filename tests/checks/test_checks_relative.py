@@ -258,3 +258,25 @@ def test_stub_is_not_attempted(check, capsys) -> None:
     result = check(stub)
     assert not result
     assert "not attempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("check", "answer"),
+    [
+        (
+            rchecks.check_t5_bucket,
+            lambda rp, b, n, m: relative.t5_relative_position_bucket(
+                rp, bidirectional=b, num_buckets=n, max_distance=m
+            ).float(),
+        ),
+        (
+            rchecks.check_shaw_relative_index,
+            lambda L, S, k: relative.shaw_relative_index(L, S, k).double(),
+        ),
+    ],
+    ids=["t5-float-buckets", "shaw-float-rows"],
+)
+def test_float_indices_are_rejected(check, answer) -> None:
+    """Right values as floats: they cannot index the table, so the checker says no."""
+    with pytest.raises(CheckError, match="integer"):
+        check(answer)
