@@ -40,7 +40,9 @@ ARCHITECTURES = {
 name each gets."""
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
-"""The RoPE scaling types (``rope_parameters["rope_type"]``) a copy follows."""
+"""The RoPE scaling types (``rope_parameters["rope_type"]``) a copy follows, in every
+family with RoPE (``longrope`` too, with the training length where Hugging Face reads
+it)."""
 
 # Hugging Face activation names -> the same function in torch
 ACTIVATIONS = {
@@ -63,8 +65,13 @@ def _unsupported(what: str) -> ValueError:
 
 
 def _rope_parameters(
-    config: Any, rotary_dim: int, params: dict[str, Any] | None = None
+    config: Any,
+    rotary_dim: int,
+    params: dict[str, Any] | None = None,
+    nested: bool = False,
 ) -> dict[str, Any]:
+    """``params`` (default ``config.rope_parameters``) with the keys Hugging Face
+    derives filled in; ``nested``: one set of a per-layer-type dict (Gemma 3)."""
     if params is None:
         params = getattr(config, "rope_parameters", None)
     params = dict(params or {})
@@ -72,12 +79,6 @@ def _rope_parameters(
     if kind not in ROPE_TYPES:
         raise _unsupported(f"rope_type {kind!r} (supported: {', '.join(ROPE_TYPES)})")
     params["rope_type"] = kind
-    if kind == "longrope" and getattr(config, "model_type", None) != "phi3":
-        # Phi-3's generate alone recomputes the cache when the long factors start
-        raise _unsupported(
-            f"rope_type 'longrope' in a {getattr(config, 'model_type', '?')} model "
-            "(followed in Phi-3 only)"
-        )
     if kind == "yarn":
         if params.get("factor") is None:  # DeepSeek's convention
             params["factor"] = (
@@ -94,16 +95,43 @@ def _rope_parameters(
                 params["attention_factor"] = get(params["factor"], mscale) / get(
                     params["factor"], all_dim
                 )
-    if kind == "longrope":  # Phi-3: the training length may sit on the config
-        original = params.get("original_max_position_embeddings") or getattr(
-            config, "original_max_position_embeddings", None
+    if kind == "longrope":
+        params["original_max_position_embeddings"] = _longrope_original(
+            config, params, nested
         )
-        params["original_max_position_embeddings"] = original
-        if params.get("factor") is None and original:  # Hugging Face's default
-            params["factor"] = config.max_position_embeddings / original
+        if params.get("factor") is None:  # Hugging Face's default
+            params["factor"] = (
+                config.max_position_embeddings
+                / params["original_max_position_embeddings"]
+            )
     if rotary_dim < 4 and kind == "dynamic":
         raise _unsupported(f"dynamic NTK with rotary_dim {rotary_dim} (needs >= 4)")
     return params
+
+
+def _longrope_original(config: Any, params: dict[str, Any], nested: bool) -> Any:
+    """LongRoPE's training length :math:`L_0` where Hugging Face 5.23 reads it.
+
+    ``standardize_rope_params`` (run again by ``_compute_longrope_parameters``) sets
+    a single set's key from the config attribute ``original_max_position_embeddings``
+    when the config has one (Phi-3's always does), else keeps the key, else
+    ``max_position_embeddings``; a per-layer-type set (Gemma 3) keeps its key, else
+    ``max_position_embeddings``, and ignores the attribute. A single set whose key and
+    attribute differ (a config changed after loading) is refused: Hugging Face's
+    rotary embedding then reads one or the other depending on its calls so far
+    (``longrope_frequency_update`` reads the key; its first call re-standardizes).
+    """
+    key = params.get("original_max_position_embeddings")
+    attribute = getattr(config, "original_max_position_embeddings", None)
+    if nested or attribute is None:
+        return config.max_position_embeddings if key is None else key
+    if key is not None and key != attribute:
+        raise _unsupported(
+            f"rope_type 'longrope' with rope_parameters['original_max_position_"
+            f"embeddings']={key} and config.original_max_position_embeddings="
+            f"{attribute} (Hugging Face's rotary embedding reads one, then the other)"
+        )
+    return attribute
 
 
 def _check_common(config: Any, sliding: bool = False) -> None:
@@ -332,13 +360,13 @@ def _spec_modern(model: nn.Module, family: str) -> dict[str, Any]:
         mlp_bias=False,
         max_positions=c.max_position_embeddings,
         rotary_dim=rotary_dim,
-        rope=_rope_parameters(c, rotary_dim, rope),
+        rope=_rope_parameters(c, rotary_dim, rope, nested=family == "gemma3"),
         scales=(scale,) * c.num_hidden_layers,
         sliding_window=window,
         layer_types=types,
     )
     if local:
-        fields["local_rope"] = _rope_parameters(c, rotary_dim, local)
+        fields["local_rope"] = _rope_parameters(c, rotary_dim, local, nested=True)
     if family == "qwen3":
         fields["qk_norm"] = "head"
     if family == "olmo2":

@@ -10,7 +10,7 @@ family     positions                     norm            MLP             attenti
 =========  ============================  ==============  ==============  ===========
 Llama      RoPE (half layout), plain or  RMSNorm, pre    gated (SwiGLU)  full
            scaled (linear, dynamic,
-           YaRN, Llama 3)
+           YaRN, Llama 3, LongRoPE)
 GPT-2      learned absolute table        LayerNorm, pre  GELU (tanh)     full
 GPT-NeoX   RoPE on the first             LayerNorm, pre  GELU            full;
            ``rotary_ndims`` of a head                                    parallel
@@ -34,9 +34,14 @@ Gemma 2    RoPE; embeddings              Gemma RMSNorm   gated (GELU     local/g
                                                                          soft-capping
 Gemma 3    RoPE, a local base in         as Gemma 2;     gated (GELU     local/global
            sliding layers                QK-norm         tanh)
-Phi-3      RoPE or LongRoPE, full or     RMSNorm, pre    gated (fused)   full or
-           partial                                                       sliding
+Phi-3      RoPE, full or partial         RMSNorm, pre    gated (fused)   full or
+                                                                         sliding
 =========  ============================  ==============  ==============  ===========
+
+Every family of the table with RoPE reads every scaling type of ``ROPE_TYPES`` (Gemma 3
+one per layer type): linear, dynamic NTK, YaRN, Llama 3 and LongRoPE, whose frequencies are
+chosen in each call from the largest position + 1, as Hugging Face's
+``dynamic_rope_update`` does.
 
 Attention is :func:`companion.attention.scaled_dot_product_attention` (Gemma 2's
 soft-capped scores: :func:`companion.modern.softcap`, then the mask and the softmax),
@@ -64,7 +69,8 @@ subclass) to :func:`from_hf`; :data:`PORTS` holds the eleven above, and
 ``companion.mla.PORTS`` (DeepSeek-V3's multi-head latent attention) is looked up after
 it. What the copy does not implement raises :class:`ValueError` naming it: other
 architectures without a port, sliding windows outside the families above, RoPE types
-other than the six above (LongRoPE in Phi-3 only), bidirectional attention, Gemma 3's
+other than the six of ``ROPE_TYPES``, a LongRoPE config whose two training lengths
+(``rope_parameters`` key and config attribute) differ, bidirectional attention, Gemma 3's
 ``attn_logit_softcapping`` (which Hugging Face stores and never applies),
 cross-attention.
 """
@@ -1096,7 +1102,9 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
             does not implement (sliding-window attention in Llama, GPT-2, GPT-NeoX or
             BLOOM, or layer types other than ``full_attention`` and
             ``sliding_attention``; a RoPE type other than ``default``, ``linear``,
-            ``dynamic``, ``yarn``, ``llama3``, and ``longrope`` outside Phi-3; a
+            ``dynamic``, ``yarn``, ``llama3`` and ``longrope``; ``longrope`` with
+            ``rope_parameters["original_max_position_embeddings"]`` and the config's
+            ``original_max_position_embeddings`` set to different lengths; a
             ``partial_rotary_factor`` outside GPT-NeoX and Phi-3; bidirectional
             attention; Gemma 3's ``attn_logit_softcapping``; cross-attention; an
             unknown activation; BLOOM's ``slow_but_exact`` with
@@ -1214,10 +1222,11 @@ def generate(
     whole sequence is run again for every token (the same tokens for every position
     scheme except dynamic NTK, whose frequencies depend on the length: there the cache
     keeps keys rotated with earlier frequencies, exactly as Hugging Face's cache does).
-    LongRoPE (Phi-3) is Hugging Face's too: when the sequence first grows past
-    ``original_max_position_embeddings`` the cache (rotated with the short factors) is
-    dropped and the whole sequence is run again with the long ones, as Phi-3's
-    ``prepare_inputs_for_generation`` does.
+    LongRoPE too: once the sequence grows past ``original_max_position_embeddings`` new
+    tokens are rotated with the long factors while the cached keys keep the short
+    ones, as in Hugging Face's cache, in every family but Phi-3, where the cache is
+    dropped at that length and the whole sequence run again with the long factors, as
+    Phi-3's ``prepare_inputs_for_generation`` does.
 
     A batch of prompts of different lengths is *left*-padded with an
     ``attention_mask`` (1 = token, 0 = padding, each row's zeros first): padding is
@@ -1277,8 +1286,8 @@ def generate(
             out = torch.cat((out, nxt), dim=1)
             pad = None if pad is None else torch.cat((pad, ones), dim=1)
         return out
-    switch = 0  # LongRoPE: the length at which Phi-3 recomputes the cache
-    if spec.positions == "rope" and spec.rope["rope_type"] == "longrope":
+    switch = 0  # LongRoPE: the length at which Phi-3 (only) recomputes the cache
+    if spec.family == "phi3" and spec.rope.get("rope_type") == "longrope":
         switch = int(spec.rope["original_max_position_embeddings"]) + 1
     logits, past = model.decode(out, attention_mask=pad)  # prefill: the whole prompt
     for step in range(n):

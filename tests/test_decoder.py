@@ -751,10 +751,16 @@ def _with(name: str, **attrs: object) -> nn.Module:
 
 
 def _longrope() -> nn.Module:
+    """LongRoPE whose two training lengths disagree (a config changed after loading:
+    Hugging Face reads the key, then the attribute)."""
     hf = build("llama")
     hf.config.rope_parameters = _rope(
-        "longrope", short_factor=[1.0] * 4, long_factor=[2.0] * 4
+        "longrope",
+        short_factor=[1.0] * 4,
+        long_factor=[2.0] * 4,
+        original_max_position_embeddings=16,
     )
+    hf.config.original_max_position_embeddings = 32
     return hf
 
 
@@ -766,7 +772,8 @@ UNSUPPORTED = [
     ),
     (
         _longrope,
-        r"rope_type 'longrope' in a llama model \(followed in Phi-3 only\)",
+        r"'longrope' with rope_parameters\['original_max_position_embeddings'\]=16 "
+        r"and config.original_max_position_embeddings=32",
     ),
     (lambda: _with("gpt2", add_cross_attention=True), r"cross-attention"),
     (lambda: _with("llama", hidden_act="quick_gelu"), r"activation 'quick_gelu'"),

@@ -7,7 +7,10 @@ batch of prompts of different lengths: logits within 1e-4 (float32) on the real 
 and 20 greedy KV-cache tokens identical to Hugging Face's ``generate``. Sliding-window
 models run on sequences several windows long (window 5, prompts of 12, 32 tokens in
 all); Phi-3's LongRoPE on sequences past its original context (16), where the long
-factors start and the cache is recomputed.
+factors start and the cache is recomputed. LongRoPE in the other RoPE families (Llama,
+Mistral, Qwen2, Qwen3, OLMo 2, Gemma 2, Gemma 3 per layer type, GPT-NeoX): logits below
+and past the original context, and greedy tokens across it, where Hugging Face keeps the
+keys cached with the short factors.
 """
 
 from __future__ import annotations
@@ -200,6 +203,78 @@ SLIDING = [
 ]
 
 
+def _longrope(pairs: int, **kw) -> dict:
+    """LongRoPE with L0 = 16 and no factor (Hugging Face's default: 64 / 16 = 4)."""
+    return {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "short_factor": [1.0 + 0.1 * i for i in range(pairs)],
+        "long_factor": [1.0 + 2.0 * i for i in range(pairs)],
+        "original_max_position_embeddings": L0,
+        **kw,
+    }
+
+
+# LongRoPE outside Phi-3: every other family with RoPE (Gemma 3: a length per layer
+# type, 16 for the global layers and 20 for the local ones)
+LONGROPE = {
+    "llama-longrope": _cfg(
+        T.LlamaForCausalLM, T.LlamaConfig, rope_parameters=_longrope(4)
+    ),
+    "mistral-longrope": _cfg(
+        T.MistralForCausalLM,
+        T.MistralConfig,
+        sliding_window=WINDOW,
+        rope_parameters=_longrope(4),
+    ),
+    "qwen2-longrope": _cfg(
+        T.Qwen2ForCausalLM,
+        T.Qwen2Config,
+        use_sliding_window=True,
+        sliding_window=WINDOW,
+        max_window_layers=1,
+        rope_parameters=_longrope(4),
+    ),
+    "qwen3-longrope": _cfg(
+        T.Qwen3ForCausalLM, T.Qwen3Config, head_dim=16, rope_parameters=_longrope(8)
+    ),
+    "olmo2-longrope": _cfg(
+        T.Olmo2ForCausalLM, T.Olmo2Config, rope_parameters=_longrope(4)
+    ),
+    "gemma2-longrope": _cfg(
+        T.Gemma2ForCausalLM,
+        T.Gemma2Config,
+        head_dim=16,
+        sliding_window=WINDOW,
+        query_pre_attn_scalar=12,
+        tie_word_embeddings=False,
+        rope_parameters=_longrope(8),
+    ),
+    "gemma3-longrope": _cfg(
+        T.Gemma3ForCausalLM,
+        T.Gemma3TextConfig,
+        head_dim=16,
+        sliding_window=WINDOW,
+        query_pre_attn_scalar=12,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={
+            "full_attention": _longrope(8),
+            "sliding_attention": _longrope(
+                8, rope_theta=100.0, original_max_position_embeddings=20
+            ),
+        },
+        tie_word_embeddings=False,
+    ),
+    "neox-longrope": (
+        T.GPTNeoXForCausalLM,
+        T.GPTNeoXConfig(
+            **{k: v for k, v in BASE.items() if k != "num_key_value_heads"},
+            rope_parameters=_longrope(2, partial_rotary_factor=0.5),
+        ),
+    ),
+}
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     threads = torch.get_num_threads()
@@ -209,7 +284,7 @@ def _one_thread():
 
 
 def build(name: str, seed: int = 0) -> nn.Module:
-    cls, cfg = FAMILIES[name]
+    cls, cfg = {**FAMILIES, **LONGROPE}[name]
     torch.manual_seed(seed)
     return randomize(cls(copy.deepcopy(cfg)), seed)
 
@@ -477,6 +552,95 @@ def test_generate_recomputes_the_cache_when_longrope_switches() -> None:
     assert torch.equal(got, generate(ours, ids, NEW, use_cache=False))
 
 
+# ---- LongRoPE in every other family with RoPE ---------------------------------------
+
+
+@pytest.mark.parametrize("name", list(LONGROPE))
+def test_longrope_logits_match_hugging_face_below_and_past_the_context(
+    name: str,
+) -> None:
+    hf = build(name)
+    ours = from_hf(hf)
+    for n in (12, 18, 24):  # below L0 = 16, between (Gemma 3's local 20), past both
+        ids = tokens(2, n)
+        torch.testing.assert_close(ours(ids), hf_logits(hf, ids), atol=TOL, rtol=0)
+    # a left-padded batch whose longest row passes L0: every row takes the long set
+    ids, mask = left_padded([20, 13, 5], 20)
+    real = mask.bool()
+    got = ours(ids, attention_mask=mask)[real]
+    torch.testing.assert_close(got, hf_logits(hf, ids, mask)[real], atol=TOL, rtol=0)
+    # past L0 the whole sequence takes the long factors: earlier logits move
+    long = tokens(1, 24)
+    with torch.no_grad():
+        assert (ours(long)[:, :12] - ours(long[:, :12])).abs().max() > 100 * TOL
+
+
+@pytest.mark.parametrize("name", list(LONGROPE))
+def test_longrope_greedy_tokens_across_the_context_match_hugging_face(
+    name: str,
+) -> None:
+    """12 + 20 tokens: the long factors start at the 17th, the cached keys keep the
+    short ones (Hugging Face recomputes the cache in Phi-3 alone)."""
+    ids = tokens(1, PROMPT, seed=2)
+    expected = hf_generate(build(name), ids, torch.ones_like(ids))
+    assert torch.equal(generate(from_hf(build(name)), ids, NEW), expected)
+    ids, mask = left_padded([PROMPT, 7, 3], PROMPT, seed=3)
+    expected = hf_generate(build(name), ids, mask)
+    got = generate(from_hf(build(name)), ids, NEW, attention_mask=mask)
+    assert torch.equal(got, expected)
+
+
+def test_outside_phi3_the_cache_keeps_the_short_rotation() -> None:
+    """Hugging Face's tokens need the stale keys: Phi-3's recompute (or no cache)
+    gives others on this prompt."""
+    import dataclasses
+
+    hf = build("llama-longrope")
+    ours = from_hf(hf)
+    ids = tokens(1, PROMPT, seed=2)
+    expected = hf_generate(hf, ids, torch.ones_like(ids))
+    as_phi3 = decoder.Decoder(dataclasses.replace(ours.spec, family="phi3"))
+    as_phi3.load_state_dict(ours.state_dict())
+    assert torch.equal(generate(ours, ids, NEW), expected)
+    assert not torch.equal(generate(as_phi3.eval(), ids, NEW), expected)
+    assert not torch.equal(generate(ours, ids, NEW, use_cache=False), expected)
+
+
+def test_longrope_reads_the_training_length_where_hugging_face_does() -> None:
+    # one set: the config attribute (Phi-3's field), written into rope_parameters
+    params = _longrope(4)
+    del params["original_max_position_embeddings"]
+    torch.manual_seed(0)
+    config = T.LlamaConfig(
+        **BASE, original_max_position_embeddings=L0, rope_parameters=params
+    )
+    hf = randomize(T.LlamaForCausalLM(config))
+    ours = from_hf(hf)
+    assert ours.spec.rope["original_max_position_embeddings"] == L0
+    assert ours.spec.rope["factor"] == 64 / L0
+    ids = tokens(1, 24)
+    torch.testing.assert_close(ours(ids), hf_logits(hf, ids), atol=TOL, rtol=0)
+    # one set per layer type (Gemma 3): each set's key; the attribute is ignored
+    cls, config = LONGROPE["gemma3-longrope"]
+    config = copy.deepcopy(config)
+    config.original_max_position_embeddings = 40
+    torch.manual_seed(0)
+    hf = randomize(cls(config))
+    ours = from_hf(hf)
+    assert ours.spec.rope["original_max_position_embeddings"] == L0
+    assert ours.spec.local_rope["original_max_position_embeddings"] == 20
+    torch.testing.assert_close(ours(ids), hf_logits(hf, ids), atol=TOL, rtol=0)
+    # one set whose key and attribute disagree (changed after loading): refused
+    hf = build("llama-longrope")
+    hf.config.original_max_position_embeddings = 24
+    with pytest.raises(
+        ValueError,
+        match=r"'longrope' with rope_parameters\['original_max_position_embeddings'"
+        r"\]=16 and config.original_max_position_embeddings=24",
+    ):
+        from_hf(hf)
+
+
 # ---- what each new option changes ---------------------------------------------------
 
 
@@ -526,10 +690,6 @@ def test_unsupported_options_of_the_new_families_are_refused_by_name() -> None:
     gemma3.config.attn_logit_softcapping = 50.0
     with pytest.raises(ValueError, match=r"attn_logit_softcapping=50.0 in a Gemma 3"):
         from_hf(gemma3)
-    mistral = build("qwen3-bias-mqa")
-    mistral.config.rope_parameters = dict(_LONGROPE)
-    with pytest.raises(ValueError, match=r"'longrope' in a qwen3 model"):
-        from_hf(mistral)
     olmo = build("olmo2")
     olmo.config.rope_parameters = {
         "rope_type": "default",
