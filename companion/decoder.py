@@ -38,9 +38,9 @@ Phi-3      RoPE, full or partial         RMSNorm, pre    gated (fused)   full or
                                                                          sliding
 =========  ============================  ==============  ==============  ===========
 
-Every family of the table with RoPE reads every scaling type of ``ROPE_TYPES`` (Gemma 3
-one per layer type): linear, dynamic NTK, YaRN, Llama 3 and LongRoPE, whose frequencies are
-chosen in each call from the largest position + 1, as Hugging Face's
+Every family of the table with RoPE reads every scaling type of ``ROPE_TYPES``
+(Gemma 3 one per layer type): linear, dynamic NTK, YaRN, Llama 3 and LongRoPE, whose
+frequencies are chosen in each call from the largest position + 1, as Hugging Face's
 ``dynamic_rope_update`` does.
 
 Attention is :func:`companion.attention.scaled_dot_product_attention` (Gemma 2's
@@ -51,8 +51,9 @@ by copying keys; RoPE is :func:`companion.rope.apply_rope` on the table of
 :func:`companion.rope.rope_cos_sin` with the frequencies of
 :func:`companion.rope.rope_frequencies`, of :mod:`companion.extension` (linear, dynamic
 NTK, YaRN, Llama 3) or of :func:`companion.relative.longrope_frequencies`; ALiBi is
-:func:`companion.extension.alibi_bias`; the norms are :class:`companion.norm.RMSNorm` (its
-``llama``, ``torch`` and ``gemma`` variants) and :class:`companion.norm.LayerNorm`.
+:func:`companion.extension.alibi_bias`; the norms are
+:class:`companion.norm.RMSNorm` (its ``llama``, ``torch`` and ``gemma`` variants) and
+:class:`companion.norm.LayerNorm`.
 
 :func:`generate` decodes greedily with a KV cache: each layer keeps its keys *after*
 rotation and its values, and each new token is one query at the next position. The cache
@@ -70,8 +71,8 @@ subclass) to :func:`from_hf`; :data:`PORTS` holds the eleven above, and
 it. What the copy does not implement raises :class:`ValueError` naming it: other
 architectures without a port, sliding windows outside the families above, RoPE types
 other than the six of ``ROPE_TYPES``, a LongRoPE config whose two training lengths
-(``rope_parameters`` key and config attribute) differ, bidirectional attention, Gemma 3's
-``attn_logit_softcapping`` (which Hugging Face stores and never applies),
+(``rope_parameters`` key and config attribute) differ, bidirectional attention,
+Gemma 3's ``attn_logit_softcapping`` (which Hugging Face stores and never applies),
 cross-attention.
 """
 

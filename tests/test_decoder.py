@@ -313,7 +313,8 @@ def test_non_power_of_two_alibi_uses_the_interleaved_slopes() -> None:
         torch.tensor(expected, dtype=torch.float64),
     )
     torch.testing.assert_close(
-        # HF's public bias m_h * j at j = 1: the slopes (the private helper varies by version)
+        # HF's public bias m_h * j at j = 1: the slopes (the private helper varies by
+        # version)
         build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), 6, torch.float64)[
             :, 0, 1
         ],
@@ -1322,8 +1323,8 @@ BAD_INPUTS = [
         "from_hf",
         lambda: from_hf(_bloom_tp(slow_but_exact=True)),
         ValueError,
-        r"model with BLOOM's slow_but_exact=True and pretraining_tp=2 \(Hugging Face's path then "
-        r"drops the biases of dense and dense_4h_to_h\) is not supported",
+        r"model with BLOOM's slow_but_exact=True and pretraining_tp=2 \(Hugging Face's "
+        r"path then drops the biases of dense and dense_4h_to_h\) is not supported",
     ),
     (
         "from_hf",

@@ -368,7 +368,7 @@ def test_right_padding_gives_the_same_logits_on_the_real_tokens() -> None:
     )
 
 
-# ---- greedy decoding with the cache ---------------------------------------------------
+# ---- greedy decoding with the cache ------------------------------------------------
 
 
 @pytest.mark.parametrize("name", list(NEW_FAMILIES))
