@@ -265,6 +265,18 @@ LONGROPE = {
         },
         tie_word_embeddings=False,
     ),
+    "gemma3-hub-longrope": _cfg(  # a config.json's keys: global layers only
+        T.Gemma3ForCausalLM,
+        T.Gemma3TextConfig,
+        head_dim=16,
+        sliding_window=WINDOW,
+        query_pre_attn_scalar=12,
+        sliding_window_pattern=3,
+        rope_theta=1e4,
+        rope_local_base_freq=100.0,
+        rope_scaling=_longrope(8),
+        tie_word_embeddings=False,
+    ),
     "neox-longrope": (
         T.GPTNeoXForCausalLM,
         T.GPTNeoXConfig(
