@@ -174,8 +174,8 @@ def test_t5_extrapolation_depends_on_the_seed(comparison) -> None:
 
 
 def test_from_hf_copies_longrope_but_not_every_rope_type() -> None:
-    """The LongRoPE section: from_hf copies longrope (Phi-3 only) and every RoPE type of
-    transformers' ROPE_INIT_FUNCTIONS but 'proportional'."""
+    """The LongRoPE section: from_hf copies longrope (every family with RoPE) and
+    every RoPE type of transformers' ROPE_INIT_FUNCTIONS but 'proportional'."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     from companion.decoder import ROPE_TYPES
