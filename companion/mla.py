@@ -87,8 +87,12 @@ __all__ = [
     "use_absorbed",
 ]
 
-MLA_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
-"""The RoPE scaling types an MLA copy follows (Hugging Face's ``rope_type``)."""
+MLA_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+"""The RoPE scaling types an MLA copy follows (Hugging Face's ``rope_type``), through
+:mod:`companion.decoder`'s shared rope table; ``"longrope"`` with Hugging Face's
+semantics there: its set chosen per call from ``max(position_ids) + 1`` against
+``original_max_position_embeddings``, its attention factor on cos and sin, cached rope
+keys keeping the rotation they were cached with."""
 
 
 # ---- the spec ------------------------------------------------------------------------
@@ -268,7 +272,11 @@ def mla_softmax_scale(
     multiplies cos and sin (so the *rope* part of each score, by its square): with
     ``mscale`` and ``mscale_all_dim`` it is the ratio :math:`m(\mathrm{mscale}) /
     m(\mathrm{mscale\_all\_dim})`, 1 in DeepSeek-V3 (both 1.0), whose whole YaRN
-    correction is therefore this scale, :math:`(0.1 \ln 40 + 1)^2 = 1.87`.
+    correction is therefore this scale, :math:`(0.1 \ln 40 + 1)^2 = 1.87`. LongRoPE
+    gets the same :math:`m^2` from ``mscale_all_dim`` and ``factor`` (Hugging Face then
+    needs ``factor`` in ``rope_parameters``; ``from_hf`` fills an absent one with
+    ``max_position_embeddings / original_max_position_embeddings``, the factor of
+    LongRoPE's own attention factor on cos and sin).
 
     Args:
         qk_head_dim: ``D``, the width of a query/key head; a positive int.
@@ -793,7 +801,7 @@ def _spec_deepseek_v3(model: nn.Module) -> dict[str, Any]:
             "have one head per query head)"
         )
     dr, dn = c.qk_rope_head_dim, c.qk_nope_head_dim
-    params = _hf_weights._rope_parameters(c, dr)  # YaRN's factor/attention factor
+    params = _hf_weights._rope_parameters(c, dr)  # factors, L0, attention factors
     if params["rope_type"] not in MLA_ROPE_TYPES:
         raise _hf_weights._unsupported(f"rope_type {params['rope_type']!r} in MLA")
     if float(params.get("partial_rotary_factor", 1.0)) != 1.0:

@@ -79,6 +79,19 @@ def _yarn(**kw: object) -> dict:
     )
 
 
+def _longrope(**kw: object) -> dict:
+    """max_position_embeddings 64 / L0 16: Hugging Face's factor 4, its attention
+    factor sqrt(1 + ln 4 / ln 16) on cos and sin."""
+    return dict(
+        rope_type="longrope",
+        rope_theta=10000.0,
+        short_factor=[1.0, 1.3],  # qk_rope_head_dim / 2 entries
+        long_factor=[2.5, 6.0],
+        original_max_position_embeddings=CONTEXT,
+        **kw,
+    )
+
+
 VARIANTS = {
     "q-lora": _config(),  # q_a_proj -> q_a_layernorm -> q_b_proj; interleaved RoPE
     "q-proj": _config(q_lora_rank=None),  # one q_proj
@@ -123,6 +136,14 @@ VARIANTS = {
             high_freq_factor=4.0,
             original_max_position_embeddings=CONTEXT,
         ),
+    ),
+    # LongRoPE (issue 27): short factors up to L0 = 16 positions, long ones past it;
+    # prompts of 12 plus 20 new tokens cross L0, 24-token logits use the long set
+    "longrope": _config(rope_parameters=_longrope()),
+    "longrope-mscale": _config(  # the softmax scale times m(mscale_all_dim)^2 too
+        q_lora_rank=None,
+        rope_interleave=False,
+        rope_parameters=_longrope(factor=4.0, mscale_all_dim=1.0),
     ),
     # DeepSeekMoE: sigmoid router, group-limited top-k, correction bias, shared experts
     "moe": _config(
@@ -248,7 +269,7 @@ def left_padded(lengths: list[int], n: int, seed: int = 3):
     return ids, mask
 
 
-PADDED = ["q-lora", "q-proj-half", "yarn-mscale", "moe"]
+PADDED = ["q-lora", "q-proj-half", "yarn-mscale", "moe", "longrope", "longrope-mscale"]
 
 
 @pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
@@ -361,6 +382,54 @@ def test_mscale_changes_the_logits() -> None:
             hf = build("yarn-mscale")
             hf.config.rope_parameters = {**hf.config.rope_parameters, key: 2.0}
             assert (from_hf(hf)(ids) - ref).abs().max() > 100 * TOL, key
+
+
+@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
+@pytest.mark.parametrize("name", ["longrope", "longrope-mscale"])
+def test_longrope_logits_match_on_both_sides_of_l0(name: str, absorbed: bool) -> None:
+    """12 tokens take the short factors, 24 the long ones (max(position_ids) + 1 vs
+    L0 = 16, per call); each set moves the logits it governs and only those."""
+    hf = build(name)
+    ours = use_absorbed(from_hf(hf), absorbed)
+    p = ours.spec.rope
+    for n, key, other in ((12, "short_factor", "long_factor"), (24, "long_factor", "")):
+        ids = tokens(2, n)
+        with torch.no_grad():
+            expected = hf(ids).logits
+            torch.testing.assert_close(ours(ids), expected, atol=TOL, rtol=0)
+            for k, moves in ((key, True), (other, False)):
+                if not k:
+                    continue
+                rope = {**p, k: [2.0 * x for x in p[k]]}
+                changed = Decoder(dataclasses.replace(ours.spec, rope=rope), MLABlock)
+                changed.load_state_dict(ours.state_dict())
+                diff = (changed(ids) - expected).abs().max().item()
+                assert (diff > 100 * TOL) if moves else (diff < TOL), (n, k)
+
+
+@pytest.mark.parametrize("name", ["longrope", "longrope-mscale"])
+def test_longrope_cached_keys_keep_their_rotation(name: str) -> None:
+    """Hugging Face's generate keeps the rope keys cached with the short factors once
+    the sequence passes L0; recomputing every position each step (no cache) re-rotates
+    them with the long set and picks other tokens, so the greedy parity above can fail."""
+    hf = build(name)
+    ours = from_hf(hf)
+    ids = tokens(1, PROMPT, seed=1)
+    with torch.no_grad():
+        expected = hf_generate(hf, ids, NEW)
+        x = ids
+        for _ in range(NEW):
+            x = torch.cat((x, ours(x)[:, -1].argmax(-1, keepdim=True)), dim=1)
+    assert torch.equal(generate(ours, ids, NEW), expected)
+    assert not torch.equal(x, expected)
+
+
+def test_longrope_softmax_scale_reads_the_factor() -> None:
+    """Hugging Face's yarn_apply_mscale for any type but "default": with
+    mscale_all_dim 1 and factor 4 the scale is D^-1/2 (0.1 ln 4 + 1)^2."""
+    spec = from_hf(build("longrope-mscale")).spec
+    assert spec.scales[0] == pytest.approx(10**-0.5 * (0.1 * math.log(4) + 1) ** 2)
+    assert from_hf(build("longrope")).spec.scales[0] == 10**-0.5  # no mscale_all_dim
 
 
 # ---- mixture of experts --------------------------------------------------------------
