@@ -281,7 +281,9 @@ LONGROPE = {
         T.GPTNeoXForCausalLM,
         T.GPTNeoXConfig(
             **{k: v for k, v in BASE.items() if k != "num_key_value_heads"},
-            rope_parameters=_longrope(2, partial_rotary_factor=0.5),
+            # base 100: with 10^4 the second pair turns < 0.2 rad in 16 positions
+            # and a Phi-3 recompute gave Hugging Face's tokens too
+            rope_parameters=_longrope(2, partial_rotary_factor=0.5, rope_theta=100.0),
         ),
     ),
 }
