@@ -604,20 +604,28 @@ def test_longrope_greedy_tokens_across_the_context_match_hugging_face(
     assert torch.equal(got, expected)
 
 
-def test_outside_phi3_the_cache_keeps_the_short_rotation() -> None:
-    """Hugging Face's tokens need the stale keys: Phi-3's recompute (or no cache)
-    gives others on this prompt."""
+@pytest.mark.parametrize("name", list(LONGROPE))
+def test_outside_phi3_the_cache_keeps_the_short_rotation(name: str) -> None:
+    """Hugging Face's tokens need the stale keys, in every family of LONGROPE: Phi-3's
+    recompute (or no cache) gives others on the greedy test's prompt or its left-padded
+    batch, so that test can tell the two rules apart."""
     import dataclasses
 
-    hf = build("llama-longrope")
+    hf = build(name)
     ours = from_hf(hf)
-    ids = tokens(1, PROMPT, seed=2)
-    expected = hf_generate(hf, ids, torch.ones_like(ids))
-    as_phi3 = decoder.Decoder(dataclasses.replace(ours.spec, family="phi3"))
+    as_phi3 = decoder.Decoder(dataclasses.replace(ours.spec, family="phi3")).eval()
     as_phi3.load_state_dict(ours.state_dict())
-    assert torch.equal(generate(ours, ids, NEW), expected)
-    assert not torch.equal(generate(as_phi3.eval(), ids, NEW), expected)
-    assert not torch.equal(generate(ours, ids, NEW, use_cache=False), expected)
+    single = tokens(1, PROMPT, seed=2)
+    batch, mask = left_padded([PROMPT, 7, 3], PROMPT, seed=3)
+    recomputed, uncached = [], []
+    for ids, pad in ((single, torch.ones_like(single)), (batch, mask)):
+        expected = hf_generate(hf, ids, pad)
+        assert torch.equal(generate(ours, ids, NEW, attention_mask=pad), expected)
+        got = generate(as_phi3, ids, NEW, attention_mask=pad)
+        recomputed.append(torch.equal(got, expected))
+        got = generate(ours, ids, NEW, use_cache=False, attention_mask=pad)
+        uncached.append(torch.equal(got, expected))
+    assert not all(recomputed) and not all(uncached)
 
 
 def test_longrope_reads_the_training_length_where_hugging_face_does() -> None:
