@@ -29,6 +29,7 @@ from test_decoder import IDS, NEW, PROMPT, TOL, VOCAB, randomize, tokens
 from test_decoder import VARIANTS as OLD
 
 from companion import decoder
+from companion.checks.modern import _stablelm_port
 from companion.decoder import cache_bytes, from_hf, generate
 
 transformers.logging.set_verbosity_error()
@@ -739,58 +740,8 @@ def test_bfloat16_copy_is_as_close_to_hugging_face_as_its_rounding(name: str) ->
 # ---- a family that is not built in, one Port away: StableLM --------------------------
 
 
-def _stablelm_spec(model: nn.Module) -> dict:
-    c = model.config
-    if c.qk_layernorm or c.use_parallel_residual:
-        raise ValueError("qk_layernorm and use_parallel_residual are not ported here")
-    head_dim = c.hidden_size // c.num_attention_heads
-    rope = dict(c.rope_parameters)
-    return dict(
-        family="stablelm",
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        num_layers=c.num_hidden_layers,
-        num_heads=c.num_attention_heads,
-        num_kv_heads=c.num_key_value_heads,
-        head_dim=head_dim,
-        intermediate_size=c.intermediate_size,
-        positions="rope",
-        norm="layer",  # LayerNorm with a bias
-        eps=c.layer_norm_eps,
-        mlp="gated",
-        activation=c.hidden_act,
-        parallel_residual=False,
-        tied_embeddings=model.lm_head.weight is model.model.embed_tokens.weight,
-        qkv_bias=c.use_qkv_bias,
-        max_positions=c.max_position_embeddings,
-        rotary_dim=int(head_dim * rope["partial_rotary_factor"]),  # 1/4 of a head
-        rope={"rope_type": rope["rope_type"], "rope_theta": rope["rope_theta"]},
-        scales=(head_dim**-0.5,) * c.num_hidden_layers,
-    )
-
-
-@torch.no_grad()
-def _stablelm_load(dst: decoder.Decoder, model: nn.Module) -> None:
-    def norm(ours, theirs):
-        ours.weight.copy_(theirs.weight)
-        ours.bias.copy_(theirs.bias)
-
-    base = model.model
-    dst.embed.weight.copy_(base.embed_tokens.weight)
-    norm(dst.final_norm, base.norm)
-    for block, layer in zip(dst.blocks, base.layers, strict=True):
-        norm(block.norm1, layer.input_layernorm)
-        norm(block.norm2, layer.post_attention_layernorm)
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            theirs = getattr(layer.self_attn, name)
-            getattr(block, name).load_state_dict(theirs.state_dict())
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            getattr(block, name).load_state_dict(getattr(layer.mlp, name).state_dict())
-    if not dst.spec.tied_embeddings:
-        dst.lm_head.weight.copy_(model.lm_head.weight)
-
-
-STABLELM = decoder.Port(spec=_stablelm_spec, load=_stablelm_load, layers="model.layers")
+# the reference port of chapter 9's exercise is its one home (companion.checks.modern)
+STABLELM = _stablelm_port()
 
 
 def test_a_port_copies_stablelm_with_padding_and_generation() -> None:
