@@ -170,7 +170,8 @@ def test_t5_extrapolation_depends_on_the_seed(comparison) -> None:
     beyond = comparison.beyond("t5")
     assert (comparison.inside("t5") == 1).all()
     assert float(beyond.max() - beyond.min()) > 0.2 and float(beyond.min()) > 0.5
-    assert [round(v, 2) for v in beyond.tolist()] == [0.64, 0.92, 0.98]
+    # the chapter's bounds, not its printed 0.64 / 0.92 / 0.98: trained accuracies move
+    # with float rounding across processors, the claim is the spread
 
 
 def test_from_hf_copies_longrope_but_not_every_rope_type() -> None:
@@ -196,13 +197,15 @@ def slow_schemes():
 
 
 def test_none_and_alibi_are_a_fixed_budget(slow_schemes) -> None:
-    """The table's none and alibi rows (0.770 / 0.269, 0.988 / 0.885), still learning
-    at 1000 steps, and lower inside and beyond at 500."""
+    """The table's none and alibi rows (0.770 / 0.269, 0.988 / 0.885 on the machine
+    that wrote the chapter), still learning at 1000 steps, and lower inside and beyond
+    at 500. The bounds are the chapter's: trained accuracies move with float rounding
+    across processors."""
     r = slow_schemes
-    assert round(float(r.inside("none").mean()), 3) == 0.770
-    assert round(float(r.beyond("none").mean()), 3) == 0.269
-    assert round(float(r.inside("alibi").mean()), 3) == 0.988
-    assert round(float(r.beyond("alibi").mean()), 3) == 0.885
+    assert 0.7 < float(r.inside("none").mean()) < 0.85
+    assert float(r.beyond("none").mean()) < 0.35
+    assert float(r.inside("alibi").mean()) > 0.97
+    assert float(r.beyond("alibi").mean()) > 0.8
     for s in ("none", "alibi"):
         drop = r.losses[s][:, -250:-200].mean() - r.losses[s][:, -50:].mean()
         assert drop > 0, s  # the loss still falls over the last 200 steps
