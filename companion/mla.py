@@ -404,7 +404,7 @@ class MLABlock(DecoderBlock):
     (:func:`companion.rope.interleaved_to_half_permutation`), as Hugging Face's
     ``apply_rotary_pos_emb_interleave`` does, so the cache holds what Hugging Face's does.
 
-    :attr:`absorbed` chooses the path :meth:`attention` takes (``False``: naive, the
+    ``absorbed`` chooses the path :meth:`attention` takes (``False``: naive, the
     default; :func:`use_absorbed` sets it for a whole model).
 
     Args:
@@ -572,7 +572,7 @@ class MLABlock(DecoderBlock):
         mask: Tensor | None,
         past: tuple[Tensor] | None,
     ) -> tuple[Tensor, tuple[Tensor]]:
-        """:meth:`attention_absorbed` if :attr:`absorbed`, else :meth:`attention_naive`."""
+        """:meth:`attention_absorbed` if ``absorbed``, else :meth:`attention_naive`."""
         if self.absorbed:
             return self.attention_absorbed(x, rope, mask, past)
         return self.attention_naive(x, rope, mask, past)

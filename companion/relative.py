@@ -1545,7 +1545,7 @@ def position_family_model(
     (``options`` override them). Seed before calling it for reproducible weights.
 
     Args:
-        scheme: one of :data:`COMPARISON_SCHEMES` (or ``"sinusoidal"``, ``"learned"``).
+        scheme: one of ``COMPARISON_SCHEMES`` (or ``"sinusoidal"``, ``"learned"``).
         config: the sizes.
         **options: options of this module's attention layer.
     """
@@ -1662,7 +1662,7 @@ def compare_position_schemes(
     ``torch.manual_seed(s)`` and draws its batches from seed ``s``.
 
     Args:
-        schemes: names from :data:`COMPARISON_SCHEMES` (or ``"sinusoidal"``,
+        schemes: names from ``COMPARISON_SCHEMES`` (or ``"sinusoidal"``,
             ``"learned"``), without repeats.
         seeds: at least one seed, without repeats.
         steps: optimization steps per model: one number, or one per scheme (a dict
