@@ -289,6 +289,19 @@ MAKE_BOOK = r"""(book) => {
         }
     }
 
+    // ---- the empty anchor Sphinx's single-page build puts before a chapter
+    // (span#book-id462-document-book-04_relative_positions) goes inside that chapter:
+    // left at the end of the chapter before, it could spill alone onto a page of its
+    // own (a blank page) ahead of the next chapter's page break, and a link to the
+    // chapter then opened that page.
+    const chapterSections = Array.from(article.querySelectorAll('section.book-chapter'));
+    for (const span of Array.from(article.querySelectorAll('span[id*="document-"]'))) {
+        if (span.textContent.trim() || span.childElementCount) continue;
+        const next = chapterSections.find(
+            (c) => span.compareDocumentPosition(c) & Node.DOCUMENT_POSITION_FOLLOWING);
+        if (next) next.insertBefore(span, next.firstChild);
+    }
+
     // ---- the article alone on the page -------------------------------------------------
     document.body.replaceChildren(article);
     document.body.className = '';
