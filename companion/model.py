@@ -16,24 +16,23 @@ does it extrapolate past the training length? Every part comes from ``companion`
 The task, :func:`lag_task`, asks the model to output at each position the token ``lag``
 places back: the answer is defined at any length, and it can only be found by position.
 
-:func:`train` is the plain training loop, one model at a time. :func:`train_batched`
-trains several models of one configuration (one per seed, each at its own number of
-steps if asked) as a single batched model with :func:`torch.func.stack_module_state` and
-:func:`torch.vmap`: the same updates, computed together. :func:`accuracy` scores a
-trained model over every position of a batch; :func:`position_accuracy` position by
-position, so that positions inside and past the training length can be told apart.
+The training loops live in :mod:`companion.experiments`, the one home of the book's
+training (seeds, the jitter that stands for another processor, result tables):
+:func:`companion.experiments.train` and :func:`companion.experiments.train_batched`.
+``model.train``, ``model.train_batched`` and ``model.TrainingRun`` still work for one
+release and warn (:class:`DeprecationWarning`). :func:`accuracy` scores a trained model
+over every position of a batch; :func:`position_accuracy` position by position, so that
+positions inside and past the training length can be told apart.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from companion import _validate
 from companion.attention import MultiHeadAttention
@@ -48,13 +47,12 @@ __all__ = [
     "ModelConfig",
     "RotarySelfAttention",
     "TinyTransformer",
-    "TrainingRun",
     "accuracy",
+    "check_lag_task",
     "lag_task",
+    "model_config",
     "parameter_count",
     "position_accuracy",
-    "train",
-    "train_batched",
 ]
 
 PositionScheme = Literal["none", "sinusoidal", "learned", "rope", "alibi"]
@@ -376,7 +374,7 @@ def lag_task(
         - tokens: ``(B, L)`` long
         - targets: ``(B, L)`` long, ``-100`` at positions ``t < lag``
     """
-    _task_sizes(batch_size, length, lag, vocab_size)
+    check_lag_task(batch_size, length, lag, vocab_size)
     if generator is not None:
         _validate.instance("generator", generator, torch.Generator, "a torch.Generator")
     device = _validate.device("device", device)
@@ -386,9 +384,11 @@ def lag_task(
     return tokens.to(device), targets.to(device)
 
 
-def _task_sizes(
+def check_lag_task(
     batch_size: object, length: object, lag: object, vocab_size: object
 ) -> None:
+    """Check the sizes of a :func:`lag_task` batch (raises ``ValueError``/``TypeError``
+    naming the argument); the training loops of :mod:`companion.experiments` use it."""
     _validate.positive_int("batch_size", batch_size)
     _validate.positive_int("length", length)
     _validate.positive_int("lag", lag)
@@ -402,354 +402,22 @@ def _task_sizes(
 # ---- Training and evaluation ---------------------------------------------------------
 
 
-@dataclass
-class TrainingRun:
-    """What :func:`train` returns: the loss at every step and the learning rate used."""
-
-    losses: list[float] = field(default_factory=list)
-    learning_rates: list[float] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        for name in ("losses", "learning_rates"):
-            value = getattr(self, name)
-            if not isinstance(value, list):
-                raise _validate._fail(TypeError, name, "a list of floats", value)
-        if len(self.learning_rates) != len(self.losses):
-            raise ValueError(
-                f"learning_rates must hold one rate per loss ({len(self.losses)}), got "
-                f"{len(self.learning_rates)}"
-            )
-
-
-def _trainable(name: str, model: object) -> ModelConfig:
-    """A module with a ``.config`` (a :class:`TinyTransformer`); returns the config."""
+def model_config(name: str, model: object) -> ModelConfig:
+    """Check that ``model`` is a module with a ``.config`` (a :class:`TinyTransformer`)
+    and return that :class:`ModelConfig`; ``name`` names the argument in the error."""
     _validate.module(name, model)
     config = getattr(model, "config", None)
     _validate.instance(f"{name}.config", config, ModelConfig, "a ModelConfig")
     return config  # type: ignore[return-value]
 
 
-def _schedule(
-    steps: object, lr: object, warmup_steps: object, seed: object
-) -> tuple[int, float, int]:
-    steps = _validate.positive_int("steps", steps)
-    lr = _validate.positive_real("lr", lr)
-    warmup_steps = _validate.nonnegative_int("warmup_steps", warmup_steps)
-    _validate.integer("seed", seed, minimum=0)
-    return steps, lr, warmup_steps
-
-
-SCHEDULES = ("constant", "cosine")
-
-
-def _rate(lr: float, warmup_steps: int, step: int, steps: int, schedule: str) -> float:
-    """Linear warm-up over ``warmup_steps``, then constant or a cosine decay to zero."""
-    if step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
-    if schedule == "constant":
-        return lr
-    progress = (step - warmup_steps) / max(1, steps - warmup_steps)  # 0 .. 1
-    return lr * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def train(
-    model: nn.Module,
-    *,
-    steps: int,
-    batch_size: int,
-    length: int,
-    lag: int,
-    lr: float = 3e-3,
-    warmup_steps: int = 0,
-    schedule: str = "constant",
-    seed: int = 0,
-) -> TrainingRun:
-    """Train ``model`` on :func:`lag_task` with AdamW and a cross-entropy loss.
-
-    The learning rate rises linearly over ``warmup_steps`` (none by default) and then
-    stays constant (``schedule="constant"``, so a comparison with and without warm-up
-    changes one thing only) or falls to zero along half a cosine (``"cosine"``).
-    Batches come from a generator seeded with ``seed``; seed the model's initialization
-    yourself (:func:`companion.environment.seed_everything`) before building it.
-
-    Args:
-        model: a :class:`TinyTransformer` (any module with its ``.config`` that maps
-            ``(B, L)`` ids to logits).
-        steps: optimization steps.
-        batch_size: sequences per step.
-        length: training length ``L_train``.
-        lag: the task's lag.
-        lr: peak learning rate.
-        warmup_steps: linear warm-up steps (0 for none).
-        schedule: ``"constant"`` or ``"cosine"`` after the warm-up.
-        seed: seed of the batch generator, a non-negative int.
-
-    Returns:
-        A :class:`TrainingRun` with one loss per step.
-    """
-    config = _trainable("model", model)
-    steps, lr, warmup_steps = _schedule(steps, lr, warmup_steps, seed)
-    schedule = _validate.choice("schedule", schedule, SCHEDULES)
-    _task_sizes(batch_size, length, lag, config.vocab_size)
-    device = next(model.parameters()).device
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    run = TrainingRun()
-    model.train()
-    for step in range(steps):
-        rate = _rate(lr, warmup_steps, step, steps, schedule)
-        for group in optimizer.param_groups:
-            group["lr"] = rate
-        tokens, targets = lag_task(
-            batch_size,
-            length,
-            lag=lag,
-            vocab_size=config.vocab_size,
-            generator=generator,
-            device=device,
-        )
-        logits = model(tokens)  # (B, L, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # skips -100
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        run.losses.append(loss.item())
-        run.learning_rates.append(rate)
-    model.eval()
-    return run
-
-
-class _Logits(nn.Module):
-    """Wraps a :class:`TinyTransformer` to call it without the value checks (vmap)."""
-
-    def __init__(self, net: TinyTransformer) -> None:
-        super().__init__()
-        self.net = net
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.net._logits(input_ids)
-
-
-def train_batched(
-    models: Sequence[TinyTransformer],
-    *,
-    seeds: Sequence[int],
-    steps: int | Sequence[int],
-    batch_size: int,
-    length: int,
-    lag: int,
-    lr: float = 3e-3,
-    warmup_steps: int | Sequence[int] = 0,
-    schedule: str = "constant",
-    targets: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    progress: bool = False,
-) -> list[TrainingRun]:
-    """Train several models of one configuration at once, as one batched model.
-
-    Equivalent to the following, computed together::
-
-        [train(m, steps=n, warmup_steps=w, ..., seed=s)
-         for m, s, n, w in zip(models, seeds, steps, warmup_steps)]
-
-    The models' parameters are stacked along a new leading axis
-    (:func:`torch.func.stack_module_state`), one forward pass is
-    :func:`torch.vmap` of :func:`torch.func.functional_call` over that axis and over the
-    models' own batches, and one AdamW update (``weight_decay=0``, as :func:`train`)
-    steps all stacked tensors, each model at its own learning rate. AdamW acts element
-    by element, so each model gets exactly its own update; the batched matrix products
-    may round differently from one-at-a-time ones (last-bit differences). The trained
-    weights are copied back into ``models``.
-
-    ``steps`` and ``warmup_steps`` may differ between the models: a model with fewer
-    steps follows its own schedule, compressed into its steps as :func:`train` would,
-    and then leaves the batch (its parameters set aside, no longer computed; its run
-    records its own steps). So one call trains, for example, the same seeds at two
-    budgets.
-
-    Args:
-        models: :class:`TinyTransformer` s with equal configs, on one device, each built
-            from its own seed.
-        seeds: one batch-generator seed per model, as :func:`train`'s ``seed``.
-        steps: optimization steps, one number for every model or one per model.
-        batch_size: sequences per step and model.
-        length: training length ``L_train``.
-        lag: the task's lag.
-        lr: peak learning rate.
-        warmup_steps: linear warm-up steps (0 for none), one number or one per model.
-        schedule: ``"constant"`` or ``"cosine"`` after the warm-up, as :func:`train`.
-        targets: another task on the same tokens: a function from a ``(B, L)`` batch of
-            token ids to its ``(B, L)`` integer targets (``-100`` where nothing is
-            scored), used instead of the lag task's targets. ``None``: the lag task.
-        progress: print the mean loss ten times during training (for interactive use).
-
-    Returns:
-        One :class:`TrainingRun` per model, in order.
-    """
-    if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
-        raise _validate._fail(
-            TypeError, "models", "a non-empty sequence of TinyTransformers", models
-        )
-    for i, m in enumerate(models):
-        _validate.module(f"models[{i}]", m, TinyTransformer)
-        if m.config != models[0].config:
-            raise ValueError(
-                f"models must share one config, got models[{i}].config={m.config} and "
-                f"models[0].config={models[0].config}"
-            )
-        _validate.same_device(
-            f"models[{i}]'s parameters",
-            m.embed.weight,
-            "models[0]'s parameters",
-            models[0].embed.weight,
-        )
-    if len({id(m) for m in models}) != len(models):
-        raise ValueError("models must be distinct modules, got the same module twice")
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
-        raise _validate._fail(TypeError, "seeds", "a sequence of ints", seeds)
-    if len(seeds) != len(models):
-        raise ValueError(
-            f"seeds must hold one seed per model ({len(models)}), "
-            f"got {len(seeds)} seeds"
-        )
-    seeds = [
-        _validate.integer(f"seeds[{i}]", s, minimum=0) for i, s in enumerate(seeds)
-    ]
-    step_counts = _per_model("steps", steps, len(models), _validate.positive_int)
-    warmups = _per_model(
-        "warmup_steps", warmup_steps, len(models), _validate.nonnegative_int
-    )
-    lr = _validate.positive_real("lr", lr)
-    schedule = _validate.choice("schedule", schedule, SCHEDULES)
-    config = models[0].config
-    _task_sizes(batch_size, length, lag, config.vocab_size)
-    if targets is not None:
-        _validate.callable_("targets", targets)
-    progress = _validate.flag("progress", progress)
-
-    device = models[0].embed.weight.device
-    base = _Logits(models[0])
-    wrapped = [_Logits(m) for m in models]
-    params, buffers = torch.func.stack_module_state(wrapped)  # name -> (M, ...)
-    buffers = {name: b[0] for name, b in buffers.items()}  # equal in every model
-
-    def loss_of(p: dict, tokens: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        logits = torch.func.functional_call(base, (p, buffers), (tokens,))  # (B, L, V)
-        return F.cross_entropy(logits.flatten(0, 1), target.flatten())  # skips -100
-
-    batched_loss = torch.vmap(loss_of)  # over the models' axis of p, tokens, targets
-    generators = [torch.Generator().manual_seed(s) for s in seeds]
-    moments = {
-        name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in params.items()
-    }
-    runs = [TrainingRun() for _ in models]
-    active = list(range(len(models)))  # the models still training, in stacked order
-    trained: dict[int, dict[str, torch.Tensor]] = {}  # model -> its final parameters
-    total = max(step_counts)
-    every = max(1, total // 10)
-    for step in range(total):
-        if any(step_counts[i] == step for i in active):  # some models are done:
-            keep = [k for k, i in enumerate(active) if step_counts[i] > step]
-            for k, i in enumerate(active):  # set them aside, stop computing them
-                if step_counts[i] == step:
-                    trained[i] = {n: p[k].detach().clone() for n, p in params.items()}
-            params = {n: p.detach()[keep].requires_grad_() for n, p in params.items()}
-            moments = {n: (m[keep], v[keep]) for n, (m, v) in moments.items()}
-            active = [active[k] for k in keep]
-        rates = [_rate(lr, warmups[i], step, step_counts[i], schedule) for i in active]
-        batches = [
-            lag_task(
-                batch_size,
-                length,
-                lag=lag,
-                vocab_size=config.vocab_size,
-                generator=generators[i],
-            )
-            for i in active
-        ]
-        tokens = torch.stack([t for t, _ in batches]).to(device)  # (M, B, L)
-        if targets is None:
-            target = torch.stack([y for _, y in batches]).to(device)  # (M, B, L)
-        else:
-            target = torch.stack([_task_targets(targets, t) for t in tokens])
-        losses = batched_loss(params, tokens, target)  # (M,)
-        # no shared parameter: each model gets its own gradient
-        grads = torch.autograd.grad(losses.sum(), list(params.values()))
-        _adamw_step(params, grads, moments, rates, step + 1)
-        for i, value, rate in zip(active, losses.tolist(), rates, strict=True):
-            runs[i].losses.append(value)
-            runs[i].learning_rates.append(rate)
-        if progress and ((step + 1) % every == 0 or step + 1 == total):
-            print(f"step {step + 1:>5}/{total}: mean loss {losses.mean().item():.4f}")
-    for k, i in enumerate(active):
-        trained[i] = {n: p[k].detach() for n, p in params.items()}
-    with torch.no_grad():
-        for i, m in enumerate(wrapped):
-            for name, p in m.named_parameters():
-                p.copy_(trained[i][name])
-    for m in models:
-        m.eval()
-    return runs
-
-
-def _per_model(
-    name: str, value: object, count: int, check: Callable[[str, object], int]
-) -> list[int]:
-    """One checked value per model: ``value`` itself, or its items (one per model)."""
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
-        if len(value) != count:
-            raise ValueError(
-                f"{name} must be one number or one per model ({count}), "
-                f"got {len(value)} values"
-            )
-        return [check(f"{name}[{i}]", v) for i, v in enumerate(value)]
-    return [check(name, value)] * count
-
-
-def _task_targets(
-    targets: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor
-) -> torch.Tensor:
-    """``targets(tokens)``, checked to be integer targets of the tokens' shape."""
-    out = _validate.tensor("targets(tokens)", targets(tokens), dtype="integer")
-    _validate.shape("targets(tokens)", out, tokens.shape, "of the tokens")
-    return out.long()
-
-
-_BETAS, _EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults
-
-
-@torch.no_grad()
-def _adamw_step(
-    params: dict[str, torch.Tensor],
-    grads: Sequence[torch.Tensor],
-    moments: dict[str, tuple[torch.Tensor, torch.Tensor]],
-    rates: list[float],
-    step: int,
-) -> None:
-    """One AdamW step (``weight_decay=0``) on stacked parameters, model ``i`` at
-    ``rates[i]``: torch.optim.AdamW's arithmetic, with a learning rate per model."""
-    beta1, beta2 = _BETAS
-    bias_correction1 = 1 - beta1**step
-    bias_correction2_sqrt = (1 - beta2**step) ** 0.5
-    first = next(iter(params.values()))
-    step_size = torch.tensor(
-        [r / bias_correction1 for r in rates], dtype=first.dtype, device=first.device
-    )  # (M,)
-    for (name, p), g in zip(params.items(), grads, strict=True):
-        exp_avg, exp_avg_sq = moments[name]
-        exp_avg.lerp_(g, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(_EPS)
-        size = step_size.view(-1, *([1] * (p.ndim - 1)))  # (M, 1, ...)
-        p.sub_(size * exp_avg / denom)
-
-
 def _hits(
     model: nn.Module, length: int, lag: int, num_sequences: int, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Checked arguments; ``(hit, scored)`` on one seeded evaluation batch, ``(B, L)``."""
-    config = _trainable("model", model)
+    config = model_config("model", model)
     _validate.positive_int("num_sequences", num_sequences)
-    _task_sizes(num_sequences, length, lag, config.vocab_size)
+    check_lag_task(num_sequences, length, lag, config.vocab_size)
     seed = _validate.integer("seed", seed, minimum=0)
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
@@ -832,3 +500,22 @@ def position_accuracy(
     out = hit.double().mean(dim=0).cpu()  # (L,)
     out[~scored[0].cpu()] = math.nan
     return out
+
+
+_MOVED = ("TrainingRun", "train", "train_batched")  # to companion.experiments
+
+
+def __getattr__(name: str) -> object:
+    """Deprecated aliases: the training loops moved to :mod:`companion.experiments`."""
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"companion.model.{name} moved to companion.experiments.{name}; the alias "
+            "goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("companion.experiments"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -213,7 +213,7 @@ class ModernTinyTransformer(TinyTransformer):
     plain RoPE, :class:`QKNormSelfAttention` or :class:`SoftcapSelfAttention`.
 
     Only ``_attention`` is overridden; it trains with
-    :func:`companion.model.train_batched` like the base class.
+    :func:`companion.experiments.train_batched` like the base class.
 
     Args:
         config: the sizes; ``config.position`` must be ``"rope"``.

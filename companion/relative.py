@@ -65,13 +65,13 @@ from torch import Tensor, nn
 
 from companion import _validate
 from companion.attention import _scale, scaled_dot_product_attention
+from companion.experiments import train_batched
 from companion.model import (
     CausalSelfAttention,
     ModelConfig,
     RotarySelfAttention,
     TinyTransformer,
     position_accuracy,
-    train_batched,
 )
 from companion.positional import _frequencies, sinusoidal_dot_products
 from companion.rope import rope_frequencies
@@ -1655,7 +1655,7 @@ def compare_position_schemes(
 
     The test bench is :mod:`companion.model`'s: a :class:`~companion.model.TinyTransformer`
     (default: vocabulary 16, width 32, 4 heads, 2 layers) trained by
-    :func:`companion.model.train_batched` (all seeds of a scheme as one batched model,
+    :func:`companion.experiments.train_batched` (all seeds of a scheme as one batched model,
     AdamW, linear warm-up then a cosine decay) on :func:`companion.model.lag_task` at
     ``training_length``, then :func:`companion.model.position_accuracy` on one
     evaluation batch of ``eval_length`` positions. Seed ``s`` builds its model after

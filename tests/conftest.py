@@ -14,6 +14,11 @@ from hypothesis import HealthCheck, settings
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# `make claims`'s one-thread variant: OMP_NUM_THREADS=1 reaches torch's intra-op pool at
+# start-up; set it explicitly too, as the variant promises.
+if os.environ.get("OMP_NUM_THREADS") == "1":
+    torch.set_num_threads(1)
+
 settings.register_profile(
     "book",
     max_examples=60,
@@ -57,3 +62,10 @@ def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None
     if collection_path.name == "browser" and not config.getoption("--browser"):
         return True
     return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A ``trained(chapter=N)`` test records its chapter, for `make claims`'s table."""
+    marker = item.get_closest_marker("trained")
+    if marker is not None and "chapter" in marker.kwargs:
+        item.user_properties.append(("chapter", str(marker.kwargs["chapter"])))

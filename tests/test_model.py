@@ -1,10 +1,8 @@
 """Tests of companion.model: the tiny Transformer, its attention layers, the lag task
-and the training loops (one model at a time, and batched with vmap)."""
+and its scoring. The training loops moved to companion.experiments
+(tests/test_experiments.py)."""
 
 from __future__ import annotations
-
-import copy
-import math
 
 import pytest
 import torch
@@ -240,210 +238,6 @@ def test_post_ln_has_no_final_norm_and_pre_ln_has_one() -> None:
 # ---- Training and evaluation ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("position", SCHEMES)
-def test_every_scheme_trains_and_the_loss_decreases(position: str) -> None:
-    """lag=1 with a small vocabulary: the loss falls within a few dozen steps, whatever
-    the scheme (without positions the model still learns something, see the chapter)."""
-    m = tiny(position, num_heads=2)
-    run = M.train(m, steps=40, batch_size=16, length=12, lag=1, lr=1e-2, seed=0)
-    assert len(run.losses) == 40
-    first, last = sum(run.losses[:5]) / 5, sum(run.losses[-5:]) / 5
-    assert last < first, f"{position}: loss went from {first:.3f} to {last:.3f}"
-
-
-def test_training_is_deterministic_with_a_seed() -> None:
-    runs = [
-        M.train(tiny("rope"), steps=5, batch_size=4, length=8, lag=1, seed=7)
-        for _ in range(2)
-    ]
-    assert runs[0].losses == runs[1].losses
-
-
-def test_warmup_ramps_the_learning_rate_linearly() -> None:
-    run = M.train(
-        tiny(), steps=6, batch_size=2, length=6, lag=1, lr=1e-3, warmup_steps=4
-    )
-    assert run.learning_rates == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
-
-
-def test_cosine_schedule_warms_up_then_falls_to_zero_along_half_a_cosine() -> None:
-    run = M.train(
-        tiny(), steps=6, batch_size=2, length=6, lag=1, lr=1e-3, warmup_steps=2,
-        schedule="cosine",
-    )  # fmt: skip
-    expected = [5e-4, 1e-3] + [
-        1e-3 * 0.5 * (1 + math.cos(math.pi * k / 4)) for k in range(4)
-    ]
-    assert run.learning_rates == pytest.approx(expected)
-
-
-def _plain_loop(
-    model: TinyTransformer, seed: int, steps: int, lr: float
-) -> list[float]:
-    """An independent oracle for train: AdamW on lag_task batches, written out."""
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    for _ in range(steps):
-        tokens, targets = M.lag_task(8, 10, lag=2, vocab_size=11, generator=gen)
-        logits = model(tokens)
-        loss = F.cross_entropy(
-            logits.reshape(-1, 11), targets.reshape(-1), ignore_index=-100
-        )
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
-@pytest.mark.parametrize("position", SCHEMES)
-@pytest.mark.parametrize("placement", ["pre", "post"])
-def test_batched_training_equals_training_the_seeds_one_by_one(
-    position: str, placement: str
-) -> None:
-    """vmap over stacked parameters gives each model its own AdamW update: the losses
-    and the trained weights agree with one-at-a-time training up to float32 rounding."""
-    seeds = [0, 1, 2]
-    models = [tiny(position, placement=placement) for _ in seeds]
-    for s, m in zip(seeds, models, strict=True):  # different initial weights per seed
-        companion.seed_everything(s)
-        m.load_state_dict(tiny(position, placement=placement).state_dict())
-        with torch.no_grad():
-            for p in m.parameters():
-                p.add_(0.01 * s * torch.randn_like(p))
-    separate = [copy.deepcopy(m) for m in models]
-    runs = M.train_batched(
-        models, seeds=seeds, steps=4, batch_size=8, length=10, lag=2, lr=1e-2
-    )
-    probe = torch.randint(11, (2, 10), generator=torch.Generator().manual_seed(9))
-    for s, m, ref, run in zip(seeds, models, separate, runs, strict=True):
-        expected = _plain_loop(ref, s, steps=4, lr=1e-2)
-        assert run.losses == pytest.approx(expected, rel=1e-5, abs=1e-5)
-        for (name, p), q in zip(m.named_parameters(), ref.parameters(), strict=True):
-            if name.endswith("k_proj.bias") and position != "rope":
-                # q.(k + b) shifts a query's scores by the constant q.b, which the
-                # softmax ignores: the true gradient is zero, and AdamW's step on the
-                # rounding noise (up to lr) differs between any two summation orders
-                continue
-            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
-        assert not m.training
-        with torch.no_grad():
-            torch.testing.assert_close(m(probe), ref(probe), rtol=1e-4, atol=1e-4)
-
-
-def test_batched_training_matches_train_with_warmup() -> None:
-    models = [tiny("alibi"), tiny("alibi")]
-    refs = [copy.deepcopy(m) for m in models]
-    runs = M.train_batched(
-        models, seeds=[3, 4], steps=5, batch_size=4, length=8, lag=1, warmup_steps=3
-    )
-    for seed, ref, run in zip([3, 4], refs, runs, strict=True):
-        expected = M.train(
-            ref, steps=5, batch_size=4, length=8, lag=1, warmup_steps=3, seed=seed
-        )
-        assert run.learning_rates == expected.learning_rates
-        assert run.losses == pytest.approx(expected.losses, rel=1e-5, abs=1e-5)
-
-
-def test_batched_training_gives_each_model_its_own_steps_and_warmup() -> None:
-    """Budgets and warm-ups per model: each run is train's at that budget (the cosine
-    compressed into its steps), and a model is left unchanged after its own steps."""
-    models = [tiny("rope") for _ in range(3)]
-    refs = [copy.deepcopy(m) for m in models]
-    steps, warmups, seeds = [3, 6, 6], [1, 2, 0], [5, 5, 6]
-    runs = M.train_batched(
-        models,
-        seeds=seeds,
-        steps=steps,
-        batch_size=4,
-        length=8,
-        lag=1,
-        lr=1e-2,
-        warmup_steps=warmups,
-        schedule="cosine",
-    )
-    for m, ref, run, n, w, s in zip(
-        models, refs, runs, steps, warmups, seeds, strict=True
-    ):
-        expected = M.train(
-            ref,
-            steps=n,
-            batch_size=4,
-            length=8,
-            lag=1,
-            lr=1e-2,
-            warmup_steps=w,
-            schedule="cosine",
-            seed=s,
-        )
-        assert run.learning_rates == expected.learning_rates
-        assert run.losses == pytest.approx(expected.losses, rel=1e-5, abs=1e-5)
-        for (name, p), q in zip(m.named_parameters(), ref.parameters(), strict=True):
-            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
-
-
-def test_batched_adamw_step_is_torchs_adamw_bit_for_bit() -> None:
-    """train_batched's update (a learning rate per model) is torch.optim.AdamW's
-    arithmetic: with one rate for every model the parameters agree exactly."""
-    gen = torch.Generator().manual_seed(0)
-    ours = {
-        "a": torch.randn(3, 5, 4, generator=gen),
-        "b": torch.randn(3, 7, generator=gen),
-    }
-    theirs = {k: v.clone().requires_grad_() for k, v in ours.items()}
-    optimizer = torch.optim.AdamW(theirs.values(), lr=3e-2, weight_decay=0.0)
-    moments = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in ours.items()}
-    for step in range(1, 30):
-        grads = [torch.randn(v.shape, generator=gen) * 10.0 ** (step % 5 - 2)
-                 for v in ours.values()]  # fmt: skip
-        M._adamw_step(ours, grads, moments, [3e-2] * 3, step)
-        for v, g in zip(theirs.values(), grads, strict=True):
-            v.grad = g.clone()
-        optimizer.step()
-    for k in ours:
-        assert torch.equal(ours[k], theirs[k].detach()), k
-
-
-def test_batched_training_takes_another_task_on_the_same_tokens() -> None:
-    def lag_targets(tokens: torch.Tensor) -> torch.Tensor:
-        out = torch.full_like(tokens, -100)
-        out[:, 2:] = tokens[:, :-2]
-        return out
-
-    def first_token(tokens: torch.Tensor) -> torch.Tensor:
-        return tokens[:, :1].expand_as(tokens).clone()
-
-    kwargs = dict(seeds=[0, 1], steps=3, batch_size=4, length=8, lag=2)
-    plain = M.train_batched([tiny(), tiny()], **kwargs)
-    same = M.train_batched([tiny(), tiny()], targets=lag_targets, **kwargs)
-    other = M.train_batched([tiny(), tiny()], targets=first_token, **kwargs)
-    for a, b, c in zip(plain, same, other, strict=True):
-        assert a.losses == b.losses  # the lag task's targets, given as a function
-        assert a.losses[0] != c.losses[0]  # another task: other losses
-
-
-def test_batched_training_changes_the_weights_of_every_model() -> None:
-    models = [tiny("rope"), tiny("rope")]
-    before = [copy.deepcopy(m.state_dict()) for m in models]
-    M.train_batched(models, seeds=[0, 1], steps=2, batch_size=4, length=8, lag=1)
-    for m, old in zip(models, before, strict=True):
-        assert any(not torch.equal(old[k], v) for k, v in m.state_dict().items())
-    # different batches per seed: the two models, equal at the start, now differ
-    assert not torch.equal(models[0].head.weight, models[1].head.weight)
-
-
-def test_batched_training_prints_progress_only_when_asked(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    M.train_batched([tiny()], seeds=[0], steps=3, batch_size=2, length=6, lag=1)
-    assert capsys.readouterr().out == ""
-    M.train_batched(
-        [tiny()], seeds=[0], steps=3, batch_size=2, length=6, lag=1, progress=True
-    )
-    assert "step     3/3: mean loss" in capsys.readouterr().out
-
-
 class _Oracle(nn.Module):
     """Answers the lag task perfectly: one-hot logits of the token ``lag`` back."""
 
@@ -498,15 +292,6 @@ def test_a_causal_model_gives_the_same_position_accuracy_at_every_length() -> No
 # ---- Bad input: every public name ----------------------------------------------------
 
 _IDS = torch.zeros(1, 4, dtype=torch.long)
-_TRAIN = dict(steps=1, batch_size=2, length=4, lag=1)
-
-
-def _train_batched(**overrides: object) -> None:
-    kwargs = dict(models=[tiny(), tiny()], seeds=[0, 1], **_TRAIN)
-    kwargs.update(overrides)
-    M.train_batched(**kwargs)  # type: ignore[arg-type]
-
-
 BAD_INPUTS = [
     (
         "accuracy",
@@ -741,153 +526,24 @@ BAD_INPUTS = [
         ValueError,
         r"device must be a device such as 'cpu' or 'cuda', got 'gpu'",
     ),
-    # TrainingRun
+    # check_lag_task, model_config
     (
-        "TrainingRun",
-        lambda: M.TrainingRun(losses=1.0),
+        "check_lag_task",
+        lambda: M.check_lag_task(2, 3, 3, 8),
+        ValueError,
+        r"length must be greater than lag, got length=3, lag=3",
+    ),
+    (
+        "check_lag_task",
+        lambda: M.check_lag_task(2, 8, 1, 1),
+        ValueError,
+        r"vocab_size must be an int >= 2, got 1",
+    ),
+    (
+        "model_config",
+        lambda: M.model_config("net", nn.Linear(2, 2)),
         TypeError,
-        r"losses must be a list of floats, got 1.0",
-    ),
-    (
-        "TrainingRun",
-        lambda: M.TrainingRun(losses=[1.0], learning_rates=[]),
-        ValueError,
-        r"learning_rates must hold one rate per loss \(1\), got 0",
-    ),
-    # train
-    (
-        "train",
-        lambda: M.train(tiny(), **{**_TRAIN, "steps": 0}),
-        ValueError,
-        r"steps must be a positive int, got 0",
-    ),
-    (
-        "train",
-        lambda: M.train(tiny(), **_TRAIN, warmup_steps=-1),
-        ValueError,
-        r"warmup_steps must be an int >= 0, got -1",
-    ),
-    (
-        "train",
-        lambda: M.train(tiny(), **_TRAIN, lr=0),
-        ValueError,
-        r"lr must be a real number > 0, got 0",
-    ),
-    (
-        "train",
-        lambda: M.train(tiny(), **_TRAIN, schedule="linear"),
-        ValueError,
-        r"schedule must be one of 'constant', 'cosine', got 'linear'",
-    ),
-    (
-        "train",
-        lambda: M.train(tiny(), **_TRAIN, seed=-2),
-        ValueError,
-        r"seed must be an int >= 0, got -2",
-    ),
-    (
-        "train",
-        lambda: M.train(nn.Linear(2, 2), **_TRAIN),
-        TypeError,
-        r"model.config must be a ModelConfig, got None",
-    ),
-    (
-        "train",
-        lambda: M.train(tiny(), **{**_TRAIN, "length": 1}),
-        ValueError,
-        r"length must be greater than lag, got length=1, lag=1",
-    ),
-    # train_batched
-    (
-        "train_batched",
-        lambda: _train_batched(models=tiny()),
-        TypeError,
-        r"models must be a non-empty sequence of TinyTransformers, "
-        r"got a TinyTransformer",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(models=[]),
-        TypeError,
-        r"models must be a non-empty sequence of TinyTransformers, got a list",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(models=[tiny(), nn.Linear(2, 2)], seeds=[0, 1]),
-        TypeError,
-        r"models\[1\] must be a TinyTransformer, got a Linear",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(models=[tiny(), tiny("alibi")]),
-        ValueError,
-        r"models must share one config, got models\[1\].config=",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(seeds=[0]),
-        ValueError,
-        r"seeds must hold one seed per model \(2\), got 1 seeds",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(seeds=[0, 1.5]),
-        TypeError,
-        r"seeds\[1\] must be an int, got 1.5",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(seeds=7),
-        TypeError,
-        r"seeds must be a sequence of ints, got 7",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(progress=1),
-        TypeError,
-        r"progress must be a bool, got 1",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(lag=0),
-        ValueError,
-        r"lag must be a positive int, got 0",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(models=[m := tiny(), m]),
-        ValueError,
-        r"models must be distinct modules, got the same module twice",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(steps=[1]),
-        ValueError,
-        r"steps must be one number or one per model \(2\), got 1 values",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(warmup_steps=[0, -1]),
-        ValueError,
-        r"warmup_steps\[1\] must be an int >= 0, got -1",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(targets=3),
-        TypeError,
-        r"targets must be callable, got 3",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(targets=lambda t: t.float()),
-        TypeError,
-        r"targets\(tokens\) must be an integer tensor, got a tensor of dtype",
-    ),
-    (
-        "train_batched",
-        lambda: _train_batched(targets=lambda t: t[:, :1]),
-        ValueError,
-        r"targets\(tokens\) must have shape of the tokens \(2, 4\), got shape \(2, 1\)",
+        r"net.config must be a ModelConfig",
     ),
     # accuracy
     (
@@ -945,3 +601,15 @@ def test_bad_input_raises_a_named_error(
 def test_every_public_name_has_bad_input_cases() -> None:
     covered = {case[0] for case in BAD_INPUTS}
     assert set(M.__all__) <= covered, set(M.__all__) - covered
+
+
+def test_the_moved_training_loops_still_answer_with_a_warning() -> None:
+    """model.train, model.train_batched and model.TrainingRun: deprecated aliases of
+    companion.experiments' for one release."""
+    from companion import experiments
+
+    for name in ("train", "train_batched", "TrainingRun"):
+        with pytest.warns(DeprecationWarning, match=f"experiments.{name}"):
+            assert getattr(M, name) is getattr(experiments, name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        M.nothing  # noqa: B018

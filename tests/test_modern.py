@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import companion
-from companion import model, modern, norm
+from companion import experiments, model, modern, norm
 from companion.attention import scaled_dot_product_attention
 from companion.model import (
     CausalSelfAttention,
@@ -174,7 +174,7 @@ def test_modern_tiny_transformer_trains_batched(kind: str) -> None:
     for seed in (0, 1):
         companion.seed_everything(seed)
         nets.append(modern.ModernTinyTransformer(SMALL, attention=kind))
-    runs = model.train_batched(
+    runs = experiments.train_batched(
         nets, seeds=[0, 1], steps=3, batch_size=4, length=8, lag=2, lr=1e-2
     )
     assert all(len(r.losses) == 3 and math.isfinite(r.losses[-1]) for r in runs)
