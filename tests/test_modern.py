@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import companion
-from companion import experiments, model, modern, norm
+from companion import experiments, modern, norm
 from companion.attention import scaled_dot_product_attention
 from companion.model import (
     CausalSelfAttention,
