@@ -50,6 +50,7 @@ __all__ = [
     "init_jitter",
     "jitter_",
     "run_seeds",
+    "seed_offset",
     "seeds",
     "summary_table",
     "train",

@@ -420,6 +420,12 @@ BAD_INPUTS = [
         r"COMPANION_INIT_JITTER must be a finite number with \|eps\| < 1, got '2'",
     ),
     (
+        "seed_offset",
+        lambda: _with_env(E.SEED_OFFSET_ENV, "1e3", E.seed_offset),
+        ValueError,
+        r"COMPANION_SEED_OFFSET must be a non-negative integer, got '1e3'",
+    ),
+    (
         "seeds",
         lambda: E.seeds(0),
         ValueError,
