@@ -30,6 +30,10 @@ written for a GPU that did not run. Without Triton installed it says so and writ
 
 Writes ``benchmarks/results/kernels.md`` and ``kernels.json``. To keep a GPU run as the record
 the appendix shows, copy ``kernels.json`` to ``benchmarks/recorded/kernels-cuda.json``.
+
+The CUDA branch of this script has not run yet: no GPU has been available to the project's
+sessions, so every goal above is unmeasured (``benchmarks/recorded/README.md`` lists what is
+not yet measured).
 """
 
 from __future__ import annotations

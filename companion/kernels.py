@@ -23,9 +23,9 @@ slice, an expanded tensor): the kernels read through the input's strides and wri
 contiguous result. Both are ``torch.autograd.Function``\ s: ``backward()`` runs the
 backward kernels (RoPE's gradient is a RoPE, so derivatives of every order are right; the
 attention backward is differentiable once, and a second derivative through it raises).
-Float32 inputs are multiplied in full float32 (``tl.dot`` with
-``input_precision="ieee"``; Triton's default on NVIDIA GPUs since Ampere is TF32, 10
-fraction bits).
+Float32 inputs are written to be multiplied in full float32 (``tl.dot`` with
+``input_precision="ieee"``; by the documentation of ``tl.dot``, Triton's default on NVIDIA
+GPUs with tensor cores is TF32, 10 fraction bits).
 
 On a machine with a CUDA device they are compiled for the GPU. Without one they run through
 Triton's *interpreter*, which executes the same kernel source with NumPy, one program after
@@ -33,6 +33,17 @@ another: slow, and not bit-exact (it converts float32 to bfloat16 by truncation 
 rounds to nearest, so bfloat16 results can differ by one bfloat16 ulp), but close enough
 to test the kernels against the references on every machine (the tests and the appendix do
 that at small sizes).
+
+What has run where. Every check of these kernels made for the book so far ran through the
+interpreter on a CPU: no GPU was available to the sessions that wrote and checked them.
+Under the interpreter the attention kernels take their float32 branch for every input
+dtype (``_flash_flags``), so three paths have never run anywhere: the 16-bit branch of
+``_mm`` (``tl.dot`` on 16-bit operands, which rounds the weights ``P`` to the input's dtype
+before ``P V``, where the interpreter multiplies them in float32), ``input_precision="ieee"``
+compiled for an NVIDIA GPU, and the halving of the blocks on ``OutOfResources`` on real
+hardware (tested by simulating the error). The tests marked ``cuda`` in
+``tests/test_kernels.py`` and the GPU goals of ``benchmarks/bench_kernels.py`` are written
+for a GPU and have not run; ``benchmarks/recorded/README.md`` lists what is not yet measured.
 
 ``import companion`` does not need Triton; importing this module does
 (``pip install triton``, or the ``kernels`` extra: ``pip install -e ".[kernels]"``).
@@ -337,8 +348,11 @@ def _batch_head():
 @triton.jit
 def _mm(a, b, F32: tl.constexpr):
     # a @ b on chip, summed in float32. Float32 operands: IEEE float32 products, where
-    # tl.dot's default on NVIDIA GPUs since Ampere is TF32 (10 fraction bits, errors
-    # near 1e-3). Otherwise a is cast to b's dtype (the tensor cores take 16-bit inputs).
+    # tl.dot's documented default on NVIDIA GPUs with tensor cores is TF32 (10 fraction
+    # bits; the appendix emulates the error: above 1e-4). Otherwise a is cast to b's dtype
+    # (the tensor cores take 16-bit inputs; p is rounded to 16 bits before p @ v). The
+    # 16-bit branch and the compiled "ieee" branch have not run yet: no GPU so far, and
+    # the interpreter always takes the float32 branch (_flash_flags).
     if F32:
         c = tl.dot(a, b, input_precision="ieee")
     else:
@@ -636,7 +650,8 @@ def _flash_flags(query: Tensor) -> dict:
     return {
         "HEAD_DIM": d,
         "BLOCK_D": max(16, triton.next_power_of_2(d)),
-        # the interpreter multiplies bfloat16 as integers: it gets float32 operands
+        # the interpreter multiplies bfloat16 as integers: it gets float32 operands, so
+        # the 16-bit branch of _mm runs only compiled on a GPU (not run so far)
         "F32": fp32 or query.device.type == "cpu",
     }
 
@@ -649,7 +664,9 @@ def _launch(kernel, grid, args, block_m, block_n=None, **constexprs) -> None:
     are four bytes a number and are kept in several pipeline stages) is launched again
     with the larger block halved, down to 16. Only the order of the additions (the last
     bits) depends on the blocks.
-    Under the interpreter nothing runs out.
+    Under the interpreter nothing runs out. The halving is tested by simulating the
+    error (``tests/test_kernels.py``); which sizes run out on which GPU has not been
+    measured (no GPU has run these kernels so far).
     """
     while True:
         blocks = {"BLOCK_M": block_m}
@@ -815,10 +832,15 @@ def flash_attention(
     the weights. Computed as :func:`companion.attention.tiled_attention` computes it: each
     program keeps ``block_m`` queries on chip and streams ``block_n`` keys and values at a
     time past them, with the online softmax, so memory holds :math:`O(L)` numbers besides
-    the inputs and the output. Scores, sums and products are float32 whatever the input
-    dtype; float32 inputs are multiplied in full float32 (``input_precision="ieee"``,
-    never TF32). Inputs of any strides (e.g. ``x.view(B, L, H, D).transpose(1, 2)``) are
-    read through their strides; the output is a new contiguous ``(B, H, L, D)`` tensor.
+    the inputs and the output. Scores, sums and products are summed in float32 whatever
+    the input dtype; float32 inputs are multiplied in full float32
+    (``input_precision="ieee"``, not TF32), and 16-bit inputs in their own dtype on a
+    GPU's tensor cores (the weights rounded to it before they multiply the values).
+    Inputs of any strides (e.g. ``x.view(B, L, H, D).transpose(1, 2)``) are read through
+    their strides; the output is a new contiguous ``(B, H, L, D)`` tensor. Checked so far
+    through Triton's interpreter only, which multiplies every dtype in float32: the
+    compiled path, the 16-bit products included, has not run on a GPU yet (module
+    docstring).
 
     Differentiable in ``query``, ``key`` and ``value`` (the output; the log-sum-exp is
     not): the backward is FlashAttention-2's (Dao, 2023). A first kernel computes
@@ -841,7 +863,8 @@ def flash_attention(
         block_m: queries per program (a power of two >= 16).
         block_n: keys per inner step (a power of two >= 16). On a GPU whose on-chip
             memory cannot hold the blocks (Triton's ``OutOfResources``), the larger of
-            the two is halved until it fits, down to 16 (the same result up to rounding).
+            the two is halved until it fits, down to 16 (the same result up to rounding;
+            tested with a simulated error, not yet on a GPU).
 
     Returns:
         ``(output, lse)``: output ``(B, H, L, D)`` in ``query``'s dtype, contiguous, and

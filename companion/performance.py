@@ -424,7 +424,10 @@ def max_abs_error(approx: Tensor, reference: Tensor) -> float:
     ``inf``.
 
     ``(a - b).abs().max()`` returns NaN when ``a`` holds a NaN, and a NaN compares false
-    with every threshold, so a broken result could pass ``error < tol``. Here it cannot.
+    with every threshold: ``assert error < tol`` fails on it, as it should, but a check
+    written as ``assert not (error > tol)`` passes it, and Python's ``max`` over a list
+    of errors skips a NaN that does not come first (``max([1e-7, nan])`` is ``1e-7``).
+    Returned as ``inf``, a NaN fails every form of the check.
 
     Args:
         approx: the result under test.

@@ -3,7 +3,10 @@ written from RoPE's formula, and torch's scaled_dot_product_attention and logsum
 
 Without a GPU the kernels run through Triton's interpreter on CPU tensors (small sizes: the
 interpreter is slow); on a CUDA machine they are compiled, and the same tests run on the GPU,
-plus the sizes the book measures (head dims 64 and 128, fp16/bf16/fp32)."""
+plus the sizes the book measures (head dims 64 and 128, fp16/bf16/fp32). No CUDA run has been
+made yet (no GPU so far): the tests marked ``cuda`` have never run, and under the interpreter
+the attention kernels take their float32 branch for every dtype, so their 16-bit branch is
+untested (benchmarks/recorded/README.md lists what is not yet measured)."""
 
 from __future__ import annotations
 

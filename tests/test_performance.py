@@ -152,6 +152,19 @@ def test_naive_softmax_attention_matches_sdpa_then_overflows() -> None:
     assert max_abs_error(out, F.scaled_dot_product_attention(big, k, v)) == math.inf
 
 
+def test_max_abs_error_turns_a_nan_into_a_failing_error() -> None:
+    """The docstring's claims: the plain max is NaN, which `err < tol` rejects but the
+    negated check and Python's max over a list let through; max_abs_error gives inf."""
+    approx, reference, tol = torch.tensor([0.0, math.nan, 2.0]), torch.zeros(3), 1e-5
+    plain = (approx - reference).abs().max().item()
+    assert math.isnan(plain) and not (plain < tol) and not (plain > tol)
+    assert max([1e-7, plain]) == 1e-7  # a NaN after the first entry is skipped
+    err = max_abs_error(approx, reference)
+    assert err == math.inf and not (err < tol) and err > tol
+    assert max([1e-7, err]) == math.inf
+    assert max_abs_error(torch.tensor([1.0, -3.0]), torch.tensor([1.5, 0.0])) == 3.0
+
+
 def test_tensor_bytes_and_attention_flops() -> None:
     a = torch.zeros(3, 5)
     b = torch.zeros(7, dtype=torch.bfloat16)
