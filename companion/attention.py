@@ -615,7 +615,7 @@ class MultiHeadAttention(nn.Module):
         attend per head -> (B, H, L, D/H) -> transpose, merge -> (B, L, D) -> out_proj
 
     The four projections are separate :class:`torch.nn.Linear` layers (like Hugging Face
-    models and nanoGPT's split of ``c_attn``); :meth:`load_torch_weights` copies them
+    models; unlike nanoGPT's packed ``c_attn``); :meth:`load_torch_weights` copies them
     from a :class:`torch.nn.MultiheadAttention`, which packs ``W_Q, W_K, W_V`` row-wise
     into one ``in_proj_weight`` of shape ``(3D, D)``.
 
@@ -733,10 +733,14 @@ class MultiHeadAttention(nn.Module):
     def load_torch_weights(self, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """Copy the weights of a :class:`torch.nn.MultiheadAttention` into this module.
 
-        ``module`` must have the same ``embed_dim`` and ``num_heads``, equal
-        query/key/value widths (so it packs them into ``in_proj_weight``) and no
-        ``add_bias_kv``. Its output then matches this module's for ``batch_first=True``
-        inputs, with masks converted by :func:`mask_from_torch_mha`.
+        ``module`` must have the same ``embed_dim``, ``num_heads`` and ``bias``, equal
+        query/key/value widths (so it packs them into ``in_proj_weight``), and none of
+        the options this module does not model: ``add_bias_kv`` (a learned extra key
+        and value), ``add_zero_attn`` (an extra all-zero key and value) and
+        ``dropout`` > 0 (dropout on the attention weights); each is refused by name.
+        Its output then matches this module's on batch-first inputs, with masks
+        converted by :func:`mask_from_torch_mha` (``batch_first`` changes only the
+        layout of torch's inputs, not its weights).
 
         Args:
             module: the module to copy from.
@@ -751,11 +755,25 @@ class MultiHeadAttention(nn.Module):
                 f"num_heads={self.num_heads}, got "
                 f"embed_dim={module.embed_dim}, num_heads={module.num_heads}"
             )
-        if module.in_proj_weight is None or module.bias_k is not None:
+        if module.in_proj_weight is None:
             raise ValueError(
-                "module must pack q, k, v in in_proj_weight and have no add_bias_kv, "
-                "got "
-                "separate q/k/v weights or bias_k"
+                "module must pack q, k, v in in_proj_weight (equal query, key and value "
+                f"widths), got kdim={module.kdim}, vdim={module.vdim}"
+            )
+        unsupported = [  # torch options this module does not model
+            text
+            for text, used in (
+                ("add_bias_kv=True", module.bias_k is not None),
+                ("add_zero_attn=True", module.add_zero_attn),
+                (f"dropout={module.dropout}", module.dropout != 0),
+            )
+            if used
+        ]
+        if unsupported:
+            raise ValueError(
+                "module must have add_bias_kv=False, add_zero_attn=False and "
+                "dropout=0.0 (this module has no extra key and value and no dropout), "
+                f"got {', '.join(unsupported)}"
             )
         if (module.in_proj_bias is None) != (self.q_proj.bias is None):
             raise ValueError(

@@ -125,7 +125,7 @@ def batch_norm(
 
     In training mode the batch statistics normalize, and when ``running_mean`` /
     ``running_var`` are given they are updated **in place**:
-    :math:`r \leftarrow (1 - m)\, r + m\, s`, with the *unbiased* variance
+    :math:`r \leftarrow (1 - \alpha)\, r + \alpha\, s`, with the *unbiased* variance
     :math:`\frac{n}{n-1}\sigma_j^2` entering ``running_var`` (the biased one
     normalizes). In evaluation mode (``training=False``) the running statistics
     normalize instead. Matches :func:`torch.nn.functional.batch_norm` and
@@ -142,7 +142,7 @@ def batch_norm(
         weight: the gain :math:`\gamma`, or ``None`` for ones.
         bias: the shift :math:`\beta`, or ``None`` for zeros.
         training: use (and update) batch statistics; else use the running ones.
-        momentum: weight :math:`m` of the new batch in the running average, in
+        momentum: weight :math:`\alpha` of the new batch in the running average, in
             ``[0, 1]``.
         eps: added to the variance inside the square root; positive.
 

@@ -240,6 +240,40 @@ def test_multi_head_matches_torch(bias, masks, device):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "option", [{"add_zero_attn": True}, {"add_bias_kv": True}, {"dropout": 0.5}]
+)
+def test_refused_torch_options_change_torchs_output(option):
+    """The options load_torch_weights refuses are ones whose output this module cannot
+    give: with the same packed weights copied by hand, torch's output differs."""
+    torch.manual_seed(0)
+    theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True, **option)
+    plain = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    with torch.no_grad():
+        plain.in_proj_weight.copy_(theirs.in_proj_weight)
+        plain.in_proj_bias.copy_(theirs.in_proj_bias)
+        plain.out_proj.weight.copy_(theirs.out_proj.weight)
+        plain.out_proj.bias.copy_(theirs.out_proj.bias)
+    ours = MultiHeadAttention(8, 2).load_torch_weights(plain)
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(1))
+    theirs.train()  # dropout acts in training mode only
+    with torch.no_grad():
+        gap = (theirs(x, x, x, need_weights=False)[0] - ours(x, x, x)).abs().max()
+    assert gap > 1e-2  # add_zero_attn: 0.078 in the review; far above rounding
+
+
+def test_load_torch_weights_from_a_sequence_first_module():
+    """batch_first=False changes only the layout of torch's inputs, not its weights."""
+    torch.manual_seed(0)
+    theirs = torch.nn.MultiheadAttention(8, 2)  # batch_first=False: (L, B, D)
+    ours = MultiHeadAttention(8, 2).load_torch_weights(theirs)
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(1))
+    seq_first = x.transpose(0, 1)
+    with torch.no_grad():
+        expected = theirs(seq_first, seq_first, seq_first, need_weights=False)[0]
+        torch.testing.assert_close(ours(x, x, x), expected.transpose(0, 1))
+
+
 def test_multi_head_is_thin_and_splits_heads_like_torch():
     torch.manual_seed(0)
     theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True)
@@ -957,7 +991,44 @@ BAD_INPUTS = [
             torch.nn.MultiheadAttention(8, 2, kdim=4)
         ),
         ValueError,
-        "module must pack q, k, v in in_proj_weight",
+        r"module must pack q, k, v in in_proj_weight \(equal query, key and value "
+        r"widths\), got kdim=4, vdim=8",
+    ),
+    (
+        "MultiHeadAttention.load_torch_weights",
+        lambda: MultiHeadAttention(8, 2).load_torch_weights(
+            torch.nn.MultiheadAttention(8, 2, add_bias_kv=True)
+        ),
+        ValueError,
+        "module must have add_bias_kv=False, add_zero_attn=False and dropout=0.0 "
+        r"\(this module has no extra key and value and no dropout\), got "
+        "add_bias_kv=True$",
+    ),
+    (
+        "MultiHeadAttention.load_torch_weights",
+        lambda: MultiHeadAttention(8, 2).load_torch_weights(
+            torch.nn.MultiheadAttention(8, 2, add_zero_attn=True)
+        ),
+        ValueError,
+        "module must have add_bias_kv=False, .* got add_zero_attn=True$",
+    ),
+    (
+        "MultiHeadAttention.load_torch_weights",
+        lambda: MultiHeadAttention(8, 2).load_torch_weights(
+            torch.nn.MultiheadAttention(8, 2, dropout=0.1)
+        ),
+        ValueError,
+        "module must have add_bias_kv=False, .* got dropout=0.1$",
+    ),
+    (
+        "MultiHeadAttention.load_torch_weights",
+        lambda: MultiHeadAttention(8, 2).load_torch_weights(
+            torch.nn.MultiheadAttention(
+                8, 2, add_bias_kv=True, add_zero_attn=True, dropout=0.5
+            )
+        ),
+        ValueError,
+        "got add_bias_kv=True, add_zero_attn=True, dropout=0.5$",
     ),
     # measuring memory
     (

@@ -1,4 +1,4 @@
-"""The claims chapter 05 (Normalization) makes in its prose, against oracles.
+"""The claims chapter 06 (Normalization) makes in its prose, against oracles.
 
 Scale drift through random layers (g^30) and its reset by LayerNorm; the two effects of
 BatchNorm on padded sentences (the padding and the batch partner change a sentence's
@@ -317,7 +317,7 @@ def test_at_depth_16_post_ln_gradients_exceed_pre_ln_most_at_the_top(seed: int) 
 
 
 def _first_adam_step(placement: str, depth: int, seed: int) -> tuple[float, float]:
-    """Chapter 05's measurement: one AdamW step (lr 1e-3) from the Xavier-initialized
+    """Chapter 06's measurement: one AdamW step (lr 1e-3) from the Xavier-initialized
     stack; the last block's update norm and the relative change of the output."""
     torch.manual_seed(seed)
     stack = norm.residual_stack(depth, 64, placement=placement)

@@ -1,4 +1,4 @@
-r"""Checkers for chapter 04 (:ref:`ch-attention`): attention, masks, heads, tiling."""
+r"""Checkers for chapter 05 (:ref:`ch-attention`): attention, masks, heads, tiling."""
 
 from __future__ import annotations
 

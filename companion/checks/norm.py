@@ -1,4 +1,4 @@
-r"""Checkers for chapter 05 (:ref:`ch-normalization`): LayerNorm, RMSNorm, BatchNorm."""
+r"""Checkers for chapter 06 (:ref:`ch-normalization`): LayerNorm, RMSNorm, BatchNorm."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chapter 04's checkers (attention): correct answers in several styles, torch's own
+"""Chapter 05's checkers (attention): correct answers in several styles, torch's own
 included, pass; each named mistake is named."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Chapter 05's checkers (normalization): correct answers in several styles, torch's and
+"""Chapter 06's checkers (normalization): correct answers in several styles, torch's and
 Hugging Face's modules included, pass; each named mistake is named."""
 
 from __future__ import annotations
