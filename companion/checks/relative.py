@@ -27,10 +27,15 @@ def check_t5_bucket(t5_bucket: Callable[..., object]) -> Iterator[Case]:
 
     Reference: :func:`companion.relative.t5_relative_position_bucket` (equal to Hugging
     Face's ``T5Attention._relative_position_bucket``). Cases: :math:`j - i` from -200 to
-    200 with T5's encoder (32 buckets, 128), its decoder, and 16 buckets up to 16.
-    Named mistakes: "query minus key" (:math:`i - j` in place of :math:`j - i`), "no
-    last bucket" (the logarithmic bucket not clipped at ``num_buckets - 1``),
-    "future in the lower half" (the offset of the bidirectional case on the past keys).
+    200 with T5's encoder (32 buckets, 128), its decoder, 16 buckets up to 16, and a
+    decoder with 9 buckets up to 128, where the logarithm's precision decides three
+    buckets (distances 8, 16 and 64: their quotients by 4 are powers of two, and
+    float32's ``log`` rounds the ratio up to a whole bucket where float64's stays just
+    below it). Named mistakes: "query minus key" (:math:`i - j` in place of
+    :math:`j - i`), "no last bucket" (the logarithmic bucket not clipped at
+    ``num_buckets - 1``), "future in the lower half" (the offset of the bidirectional
+    case on the past keys), "logarithm in float64" (or Python's ``math.log``: T5's code
+    takes it in float32).
 
     Args:
         t5_bucket: a function returning an integer tensor of buckets.
@@ -40,6 +45,7 @@ def check_t5_bucket(t5_bucket: Callable[..., object]) -> Iterator[Case]:
         (True, 32, 128),
         (False, 32, 128),
         (True, 16, 16),
+        (False, 9, 128),  # float32 and float64 differ at distances 8, 16, 64
     ):
         ref = relative.t5_relative_position_bucket(
             rel, bidirectional=bidirectional, num_buckets=buckets, max_distance=dist
@@ -62,9 +68,22 @@ def check_t5_bucket(t5_bucket: Callable[..., object]) -> Iterator[Case]:
                 f"distances from max_distance = {dist} on all share the last bucket "
                 f"of a direction ({n - 1}): clip the logarithmic bucket with "
                 f"min(..., {n - 1}).",
-                _unclipped(rel, bidirectional, buckets, dist),
+                _variant(rel, bidirectional, buckets, dist, clip=False),
             ),
         ]
+        in_float64 = _variant(rel, bidirectional, buckets, dist, dtype=torch.float64)
+        if not torch.equal(in_float64, ref):
+            wrong = (in_float64 != ref).nonzero().flatten()
+            far = sorted({abs(int(rel[w])) for w in wrong})
+            mistakes.append(
+                Mistake(
+                    "logarithm in float64",
+                    "take the logarithm in float32, as T5's code does "
+                    "(torch.log of a float32 tensor): in float64 (or with math.log) "
+                    f"distances {far} fall one bucket lower.",
+                    in_float64,
+                )
+            )
         if bidirectional:
             mistakes.append(
                 Mistake(
@@ -91,15 +110,27 @@ def check_t5_bucket(t5_bucket: Callable[..., object]) -> Iterator[Case]:
         )
 
 
-def _unclipped(rel: torch.Tensor, bidirectional: bool, buckets: int, dist: int):
+def _variant(
+    rel: torch.Tensor,
+    bidirectional: bool,
+    buckets: int,
+    dist: int,
+    *,
+    clip: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """T5's buckets, with or without the clip at the last bucket of a direction, the
+    logarithm in ``dtype`` (T5's code: clipped, float32)."""
     n = buckets // 2 if bidirectional else buckets
     if bidirectional:
         offset, d = (rel > 0).long() * n, rel.abs()
     else:
         offset, d = torch.zeros_like(rel), (-rel).clamp(min=0)
     exact = n // 2
-    ratio = torch.log(d.clamp(min=exact).float() / exact) / math.log(dist / exact)
+    ratio = torch.log(d.clamp(min=exact).to(dtype) / exact) / math.log(dist / exact)
     large = exact + (ratio * (n - exact)).long()
+    if clip:
+        large = large.clamp(max=n - 1)
     return offset + torch.where(d < exact, d, large)
 
 
@@ -160,10 +191,12 @@ def check_p_rope_frequencies(
     the others.
 
     Reference: :func:`companion.relative.p_rope_frequencies`. Cases: ``(8, 0.5)``,
-    ``(128, 0.25)``, ``(64, 0.75)``, ``(16, 1.0)``, base 10000 (500000 for one).
-    Named mistakes: "slowest pairs kept" (the fastest set to zero instead),
-    "pairs removed" (a shorter vector: p-RoPE keeps the width, the slow pairs do not
-    turn).
+    ``(128, 0.25)``, ``(64, 0.75)``, ``(16, 1.0)``, base 10000 (500000 for one), and
+    ``(64, 0.3)``, where :math:`pD/2 = 9.6` is not whole. Named mistakes: "slowest
+    pairs kept" (the fastest set to zero instead), "pairs removed" (a shorter vector:
+    p-RoPE keeps the width, the slow pairs do not turn), "rounded down" (``int(p D/2)``,
+    Barbero et al.'s code's count, where the exercise and this book round to the
+    nearest).
 
     Args:
         p_rope_frequencies: a function returning a ``(D/2,)`` tensor.
@@ -173,9 +206,12 @@ def check_p_rope_frequencies(
         (128, 0.25, 5e5),
         (64, 0.75, 1e4),
         (16, 1.0, 1e4),
+        (64, 0.3, 1e4),  # p D/2 = 9.6: rounded 10, floored 9
     ):
         theta = rope_frequencies(head_dim, base=base)
         kept = round(p * head_dim / 2)
+        floored = theta.clone()
+        floored[int(p * head_dim // 2) :] = 0.0
         slow = theta.clone()
         slow[: head_dim // 2 - kept] = 0.0
         yield Case(
@@ -195,7 +231,20 @@ def check_p_rope_frequencies(
                     "not turn, and carry content at every distance).",
                     theta[:kept],
                 ),
-            ],
+            ]
+            + (
+                [
+                    Mistake(
+                        "rounded down",
+                        f"p D/2 = {p * head_dim / 2:g}: this exercise rounds it to the "
+                        f"nearest integer ({kept} pairs turn); int() floors it "
+                        f"({int(p * head_dim // 2)}), as Barbero et al.'s code does.",
+                        floored,
+                    )
+                ]
+                if int(p * head_dim // 2) != kept
+                else []
+            ),
             atol=1e-12,
             rtol=1e-6,
         )

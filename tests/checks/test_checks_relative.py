@@ -57,7 +57,9 @@ def test_t5_bucket_accepts(answer) -> None:
     assert rchecks.check_t5_bucket(answer)
 
 
-def _bucket(rel, b, buckets, dist, *, sign=1, clip=True, swap=False):
+def _bucket(
+    rel, b, buckets, dist, *, sign=1, clip=True, swap=False, dtype=torch.float32
+):
     n = buckets // 2 if b else buckets
     rel = sign * rel
     if b:
@@ -67,7 +69,7 @@ def _bucket(rel, b, buckets, dist, *, sign=1, clip=True, swap=False):
     else:
         offset, d = torch.zeros_like(rel), (-rel).clamp(min=0)
     exact = n // 2
-    x = torch.log(d.clamp(min=exact).float() / exact) / math.log(dist / exact)
+    x = torch.log(d.clamp(min=exact).to(dtype) / exact) / math.log(dist / exact)
     large = exact + (x * (n - exact)).long()
     if clip:
         large = large.clamp(max=n - 1)
@@ -93,6 +95,42 @@ def test_t5_bucket_names(named) -> None:
         ),
         "future in the lower half",
     )
+    named(
+        lambda: rchecks.check_t5_bucket(
+            lambda r, b, n, d: _bucket(r, b, n, d, dtype=torch.float64)
+        ),
+        "logarithm in float64",
+    )
+
+
+def math_log_bucket(relative_position, bidirectional, num_buckets, max_distance):
+    """The loop answer with Python's math.log (double precision) for the logarithm."""
+    n = num_buckets // 2 if bidirectional else num_buckets
+    exact = n // 2
+    out = []
+    for r in relative_position.tolist():
+        offset = n if bidirectional and r > 0 else 0
+        d = abs(r) if bidirectional else max(-r, 0)
+        if d < exact:
+            out.append(offset + d)
+            continue
+        x = math.log(d / exact) / math.log(max_distance / exact) * (n - exact)
+        out.append(offset + min(n - 1, exact + int(x)))
+    return torch.tensor(out)
+
+
+def test_t5_bucket_demands_the_float32_logarithm(named) -> None:
+    """The exercise asks for T5's float32 logarithm; a float64 answer (math.log) is
+    right on T5's own sizes but one bucket low at distances 8, 16, 64 with 9 decoder
+    buckets up to 128, and the checker says why."""
+    on_t5_sizes = math_log_bucket(torch.arange(-200, 201), False, 32, 128)
+    reference = relative.t5_relative_position_bucket(
+        torch.arange(-200, 201), bidirectional=False
+    )
+    assert torch.equal(on_t5_sizes, reference)  # the case that used to let it pass
+    with pytest.raises(CheckError, match=r"distances \[8, 16, 64\] fall one bucket"):
+        rchecks.check_t5_bucket(math_log_bucket)
+    named(lambda: rchecks.check_t5_bucket(math_log_bucket), "logarithm in float64")
 
 
 # ---- check_shaw_relative_index -----------------------------------------------------------
@@ -170,6 +208,13 @@ def test_p_rope_frequencies_names(named) -> None:
         ),
         "pairs removed",
     )
+
+    def floored(d, p, b):  # Barbero et al.'s int(p * D // 2)
+        theta = rope_frequencies(d, base=b)
+        theta[int(p * d // 2) :] = 0.0
+        return theta
+
+    named(lambda: rchecks.check_p_rope_frequencies(floored), "rounded down")
 
 
 # ---- check_decay_sum ---------------------------------------------------------------------
