@@ -140,13 +140,20 @@ def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case
 
 
 def _ramp(
-    head_dim: int, base: float, n0: int, fast: float, slow: float, truncate: bool = True
+    head_dim: int,
+    base: float,
+    n0: int,
+    fast: float,
+    slow: float,
+    truncate: bool = True,
+    turn: float = 2 * math.pi,
 ) -> torch.Tensor:
     """HF transformers' ``find_correction_range`` + ``linear_ramp_factor``, in float64,
-    for any order of ``fast`` and ``slow`` (a swapped pair is a known mistake)."""
+    for any order of ``fast`` and ``slow`` (a swapped pair is a known mistake); ``turn``
+    is the angle of one turn (``1`` is the mistake of a wavelength ``1/θ``)."""
 
     def index(turns: float) -> float:
-        return head_dim * math.log(n0 / (turns * 2 * math.pi)) / (2 * math.log(base))
+        return head_dim * math.log(n0 / (turns * turn)) / (2 * math.log(base))
 
     low, high = index(fast), index(slow)
     if truncate:
@@ -166,8 +173,10 @@ def check_yarn_ramp(yarn_ramp: Callable[..., torch.Tensor]) -> Iterator[Case]:
     The arguments come positionally, in this order. Reference:
     :func:`companion.extension.yarn_ramp`: the interpolation weight :math:`\rho_i` of
     chapter 03 (0 = pair untouched, 1 = fully interpolated; HF transformers' rounding of
-    the range). Named mistakes: "beta_fast and beta_slow
-    swapped", "YaRN ramp reversed", "correction range not rounded outwards" (no
+    the range). Named mistakes: "the paper's ramp, linear in turns" (the formula of
+    Peng et al.'s Section 3.2, which the chapter shows first), "2π missing from the
+    wavelength" (:math:`\lambda_i = 1/\theta_i`), "beta_fast and beta_slow swapped",
+    "YaRN ramp reversed", "correction range not rounded outwards" (no
     ``floor``/``ceil``).
 
     Args:
@@ -193,7 +202,25 @@ def check_yarn_ramp(yarn_ramp: Callable[..., torch.Tensor]) -> Iterator[Case]:
             beta_fast=fast,
             beta_slow=slow,
         )
+        theta = rope.rope_frequencies(head_dim, base=base).double()
+        turns = n0 * theta / (2 * math.pi)  # r_i = L0 / lambda_i
         mistakes = [
+            Mistake(
+                "the paper's ramp, linear in turns",
+                "ρ_i = clamp((r_fast - r_i) / (r_fast - r_slow), 0, 1), linear in the "
+                "number of turns r_i = L0/λ_i, is the YaRN paper's formula; this "
+                "exercise asks for the ramp of the authors' code and HF transformers, "
+                "linear in the pair index i between low = floor(i(r_fast)) and "
+                "high = ceil(i(r_slow)).",
+                ((fast - turns) / (fast - slow)).clamp(0.0, 1.0),
+            ),
+            Mistake(
+                "2π missing from the wavelength",
+                "a pair's wavelength is λ_i = 2π/θ_i (one turn is 2π radians), so the "
+                "index where it turns r times is i(r) = D ln(L0 / (2π r)) / (2 ln b); "
+                "without 2π every threshold moves to slower pairs (larger i).",
+                _ramp(head_dim, base, n0, fast, slow, turn=1.0),
+            ),
             Mistake(
                 "beta_fast and beta_slow swapped",
                 f"low comes from beta_fast = r_fast = {fast} turns (pairs turning more "
@@ -235,9 +262,10 @@ def check_llama3_frequencies(
 
     The arguments come positionally, in this order. Reference:
     :func:`companion.extension.llama3_frequencies` (Meta's ``apply_scaling``). Named
-    mistakes: "bands swapped" (high frequencies scaled, low ones kept), "every pair
-    divided by the factor" (plain position interpolation), "blend weights reversed in
-    the middle band".
+    mistakes: "2π missing from the wavelength" (:math:`\lambda_i = 1/\theta_i`),
+    "bands swapped" (high frequencies scaled, low ones kept), "every pair divided by
+    the factor" (plain position interpolation), "blend weights reversed in the middle
+    band".
 
     Args:
         llama3_frequencies: the learner's function, arguments as above.
@@ -262,7 +290,23 @@ def check_llama3_frequencies(
         mu = ((n0 / wavelength - lo) / (hi - lo)).clamp(0.0, 1.0)
         outer = (wavelength > n0 / lo) | (wavelength < n0 / hi)
         swapped = mu * theta / factor + (1 - mu) * theta
+        inverse = 1 / theta  # the mistaken wavelength, without 2π
+        mu_inverse = ((n0 / inverse - lo) / (hi - lo)).clamp(0.0, 1.0)
+        blended = (1 - mu_inverse) * theta / factor + mu_inverse * theta
+        no_two_pi = torch.where(
+            inverse < n0 / hi,
+            theta,
+            torch.where(inverse > n0 / lo, theta / factor, blended),
+        )
         mistakes = [
+            Mistake(
+                "2π missing from the wavelength",
+                "a pair's wavelength is λ_i = 2π/θ_i (one turn is 2π radians), not "
+                "1/θ_i; without 2π every wavelength is 2π times too short, and the "
+                "band edges L0/high_freq_factor and L0/low_freq_factor fall on "
+                "slower pairs than Meta's apply_scaling uses.",
+                no_two_pi,
+            ),
             Mistake(
                 "bands swapped",
                 f"pairs with wavelength λ_i above L0/low_freq_factor = {n0}/{lo:g} "

@@ -198,6 +198,48 @@ def test_yarn_ramp_names(named) -> None:
     )
 
 
+def ramp_paper(head_dim, base, original_max_position_embeddings, beta_fast, beta_slow):
+    """Peng et al.'s Section 3.2 ramp, linear in the turns r = L0 / lambda, as 1 - gamma."""
+    out = []
+    for i in range(head_dim // 2):
+        wavelength = 2 * math.pi * base ** (2 * i / head_dim)
+        r = original_max_position_embeddings / wavelength
+        gamma = (
+            0.0
+            if r < beta_slow
+            else 1.0
+            if r > beta_fast
+            else ((r - beta_slow) / (beta_fast - beta_slow))
+        )
+        out.append(1.0 - gamma)
+    return out
+
+
+def ramp_without_two_pi(head_dim, base, n0, beta_fast, beta_slow):
+    """The loops above with the wavelength taken as 1/theta."""
+
+    def index(turns):
+        return head_dim * math.log(n0 / turns) / (2 * math.log(base))
+
+    low = max(math.floor(index(beta_fast)), 0)
+    high = min(math.ceil(index(beta_slow)), head_dim - 1)
+    if low == high:
+        high += 0.001
+    return [min(max((i - low) / (high - low), 0.0), 1.0) for i in range(head_dim // 2)]
+
+
+def test_yarn_ramp_names_the_papers_ramp_and_a_missing_two_pi(named) -> None:
+    """The chapter shows the paper's ramp first and warns about 2*pi: both named."""
+    named(
+        lambda: checks.check_yarn_ramp(ramp_paper),
+        "the paper's ramp, linear in turns",
+    )
+    named(
+        lambda: checks.check_yarn_ramp(ramp_without_two_pi),
+        "2π missing from the wavelength",
+    )
+
+
 # ---- check_llama3_frequencies --------------------------------------------------------
 
 
@@ -290,6 +332,31 @@ def test_llama3_frequencies_names(named) -> None:
     named(
         lambda: checks.check_llama3_frequencies(blend_reversed),
         "blend weights reversed in the middle band",
+    )
+
+
+def test_llama3_frequencies_names_a_missing_two_pi(named) -> None:
+    """Meta's apply_scaling with the wavelength taken as 1/freq."""
+
+    def without_two_pi(head_dim, base, factor, low_freq_factor, high_freq_factor, n0):
+        new_freqs = []
+        for i in range(head_dim // 2):
+            freq = base ** (-2 * i / head_dim)
+            wavelen = 1 / freq  # the mistake: one turn is 2 pi radians
+            if wavelen < n0 / high_freq_factor:
+                new_freqs.append(freq)
+            elif wavelen > n0 / low_freq_factor:
+                new_freqs.append(freq / factor)
+            else:
+                smooth = (n0 / wavelen - low_freq_factor) / (
+                    high_freq_factor - low_freq_factor
+                )
+                new_freqs.append((1 - smooth) * freq / factor + smooth * freq)
+        return torch.tensor(new_freqs, dtype=torch.float64)
+
+    named(
+        lambda: checks.check_llama3_frequencies(without_two_pi),
+        "2π missing from the wavelength",
     )
 
 
