@@ -475,7 +475,8 @@ class DecoderBlock(nn.Module):
 
     ``mask`` is always a tensor: an *additive* float mask of ``x``'s dtype, shape
     ``(B, 1, L, S)`` (one for all heads) or ``(B, H, L, S)`` (BLOOM: ALiBi's
-    :math:`-m_h (i - j)` added per head), where ``S`` is the number of keys this layer
+    :math:`-a_h (m - n)` added per head, :math:`a_h` the head's slope, :math:`m` and
+    :math:`n` the query's and the key's positions), where ``S`` is the number of keys this layer
     attends to, its cached keys followed by the ``L`` new ones. Entry ``[b, :, i, j]``
     is ``0`` (or the ALiBi bias) where query ``i`` of row ``b`` may see key ``j`` and
     ``-inf`` where it may not: a later key, a padding key (``attention_mask`` 0), or a
@@ -870,7 +871,8 @@ class Decoder(nn.Module):
 
         Query ``i`` sits at slot ``q = past_length + i`` and sees key slot ``k`` when
         ``k <= q``, ``q - k < window`` (sliding layers) and ``k`` is not padding;
-        BLOOM adds ALiBi's :math:`-m_h (p_q - p_k)` at the rows' positions ``p``.
+        BLOOM adds ALiBi's :math:`-a_h (m - n)`, :math:`m` and :math:`n` the query's and
+        the key's positions in its row.
         """
         s, device = self.spec, x.device
         kept = min(past_length, window - 1) if window else past_length
@@ -888,7 +890,7 @@ class Decoder(nn.Module):
         if s.positions != "alibi":
             return mask
         # ALiBi on the K + L keys this layer attends to, plus the mask (a window too)
-        if pad is None:  # -m_h (i - j), -inf after the query: (H, L, S)
+        if pad is None:  # -a_h (m - n), -inf after the query: (H, L, S)
             bias = alibi_bias(s.num_heads, L, S, dtype=x.dtype, device=device)
             return bias[:, :, S - L - kept :] + mask  # (B, H, L, K+L)
         pos = _padding_positions(pad)  # (B, S)
@@ -901,6 +903,16 @@ class Decoder(nn.Module):
         self, input_ids: Tensor, attention_mask: Tensor | None = None
     ) -> Tensor:
         """Logits ``(B, L, V)`` of ``input_ids`` ``(B, L)`` (no cache).
+
+        With an ``attention_mask`` this equals Hugging Face's forward called with
+        ``position_ids = cumsum(attention_mask) - 1`` as well (what its ``generate``
+        passes), not Hugging Face's forward with the mask alone, which numbers every
+        row's columns ``0 .. L-1``, padding included. The two differ where the positions
+        themselves enter: GPT-2's learned table (chapter :ref:`ch-real-models` measures
+        the gap in its "Common mistakes"). With RoPE a row's shift by its padding count
+        cancels in the distances :math:`m - n` (up to rounding; dynamic NTK and LongRoPE
+        aside, whose frequencies follow the largest position), and BLOOM derives its
+        ALiBi positions from the mask.
 
         Args:
             input_ids: token ids.

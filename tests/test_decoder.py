@@ -96,7 +96,9 @@ def _bloom(**kw: object) -> tuple[type, object]:
 
 C = SCALED_CONTEXT
 VARIANTS = {
-    # Llama: RoPE with every scaling type, GQA/MQA, biases, tied embeddings
+    # Llama: RoPE with the four scaling types of chapter 3 (LongRoPE, the fifth type
+    # from_hf copies, in test_decoder_modern.py's LONGROPE), GQA/MQA, biases, tied
+    # embeddings
     "llama": _llama(),
     "llama-gqa": _llama(num_key_value_heads=2),
     "llama-mqa": _llama(num_key_value_heads=1),

@@ -367,6 +367,26 @@ def test_left_padded_batch_logits_match_on_the_real_tokens(name: str) -> None:
     torch.testing.assert_close(got[1, -9:], alone[0], atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa"])
+def test_a_padded_forward_is_hugging_faces_with_position_ids(name: str) -> None:
+    """Decoder.forward's docstring: with a mask it equals Hugging Face's forward given
+    position_ids = cumsum(mask) - 1, not its forward with the mask alone, which numbers
+    the columns 0 .. L-1; that moves GPT-2's logits (a learned table) and not a RoPE
+    model's (a shift per row cancels in m - n)."""
+    hf = build(name)
+    ids, mask = left_padded([14, 9, 3], 14)
+    real = mask.bool()
+    got = from_hf(hf)(ids, attention_mask=mask)[real]
+    with torch.no_grad():
+        mask_only = hf(ids, attention_mask=mask).logits[real]
+    torch.testing.assert_close(got, hf_logits(hf, ids, mask)[real], atol=TOL, rtol=0)
+    gap = (got - mask_only).abs().max().item()
+    if name == "gpt2":
+        assert gap > 100 * TOL
+    else:
+        assert gap < TOL
+
+
 def test_right_padding_gives_the_same_logits_on_the_real_tokens() -> None:
     hf = build("qwen3")
     ids, mask = left_padded([12, 7], 12)

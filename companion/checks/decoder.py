@@ -1,4 +1,4 @@
-r"""Checkers for chapter 07 (:ref:`ch-real-models`): the KV cache, key/value heads."""
+r"""Checkers for chapter 8 (:ref:`ch-real-models`): the KV cache, key/value heads."""
 
 from __future__ import annotations
 

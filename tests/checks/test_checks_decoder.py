@@ -1,4 +1,4 @@
-"""Chapter 07's checkers (real models: the KV cache and grouped-query heads): correct
+"""Chapter 8's checkers (real models: the KV cache and grouped-query heads): correct
 answers in several styles pass; each named mistake is named."""
 
 from __future__ import annotations
