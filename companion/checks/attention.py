@@ -225,19 +225,30 @@ def check_split_heads(split_heads: Callable[..., torch.Tensor]) -> Iterator[Case
 
 
 def _tiled_without_rescale(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_size: int
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    block_size: int,
+    *,
+    rescale_sum: bool = False,
+    rescale_values: bool = False,
 ) -> torch.Tensor:
-    """The known wrong tiled attention: running max kept, old sums not rescaled."""
+    """The known wrong tiled attention: running max kept, but the running sum and/or
+    the accumulated values not rescaled when it grows (both, by default)."""
     scores = query @ key.transpose(-2, -1) / query.shape[-1] ** 0.5  # (..., L, S)
     m = torch.full((*scores.shape[:-1], 1), -torch.inf)
     total = torch.zeros_like(m)
     acc = torch.zeros(*scores.shape[:-1], value.shape[-1])
     for j0 in range(0, key.shape[-2], block_size):
         s = scores[..., j0 : j0 + block_size]
-        m = torch.maximum(m, s.amax(-1, keepdim=True))
-        p = torch.exp(s - m)
-        total = total + p.sum(-1, keepdim=True)
-        acc = acc + p @ value[..., j0 : j0 + block_size, :]
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        factor = torch.exp(m - m_new)  # (..., L, 1)
+        p = torch.exp(s - m_new)
+        total = (total * factor if rescale_sum else total) + p.sum(-1, keepdim=True)
+        acc = (acc * factor if rescale_values else acc) + p @ value[
+            ..., j0 : j0 + block_size, :
+        ]
+        m = m_new
     return acc / total
 
 
@@ -249,8 +260,11 @@ def check_tiled_attention(
 
     Properties checked: equality with full attention when ``block_size`` does not divide
     ``S``; with one key per block; and with large scores (``|q·k|/√d`` in the hundreds),
-    where only a running maximum keeps ``exp`` finite. Named mistake: "running sums not
-    rescaled".
+    where only a running maximum keeps ``exp`` finite. Named mistakes: "running sums not
+    rescaled" (neither the sum nor the accumulated values), "accumulated values not
+    rescaled" (the sum only), "running sum not rescaled" (the values only). The checker
+    compares values only: it cannot see whether the full ``(L, S)`` score matrix was
+    formed.
 
     Args:
         tiled_attention: a function ``tiled_attention(query, key, value, block_size)``.
@@ -265,11 +279,27 @@ def check_tiled_attention(
         inputs = _inputs(gen, (2,), 6, 10, 8)
         inputs["query"] = inputs["query"] * spread
         q, k, v = inputs.values()
-        mistake = Mistake(
-            "running sums not rescaled",
-            "when the running max grows from m_old to m_new, multiply the running sum "
-            "and the accumulated output by exp(m_old - m_new) before adding the new "
-            "block.",
-            _tiled_without_rescale(q, k, v, block),
-        )
-        yield Case(prop, {**inputs, "block_size": block}, _sdpa(q, k, v), [mistake])
+        mistakes = [
+            Mistake(
+                "running sums not rescaled",
+                "when the running max grows from m_old to m_new, multiply the running "
+                "sum and the accumulated output by exp(m_old - m_new) before adding the "
+                "new block.",
+                _tiled_without_rescale(q, k, v, block),
+            ),
+            Mistake(
+                "accumulated values not rescaled",
+                "you rescale the running sum by exp(m_old - m_new) when the max grows, "
+                "but not the accumulated weighted sum of values: it needs the same "
+                "factor, since both hold terms exp(s - m_old).",
+                _tiled_without_rescale(q, k, v, block, rescale_sum=True),
+            ),
+            Mistake(
+                "running sum not rescaled",
+                "you rescale the accumulated values by exp(m_old - m_new) when the max "
+                "grows, but not the running sum of exponentials: it needs the same "
+                "factor, since both hold terms exp(s - m_old).",
+                _tiled_without_rescale(q, k, v, block, rescale_values=True),
+            ),
+        ]
+        yield Case(prop, {**inputs, "block_size": block}, _sdpa(q, k, v), mistakes)

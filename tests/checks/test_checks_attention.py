@@ -219,7 +219,9 @@ def test_split_heads_names(named) -> None:
 # ---- check_tiled_attention -----------------------------------------------------------
 
 
-def tiled_by_hand(query, key, value, block_size, rescaled=True):
+def tiled_by_hand(
+    query, key, value, block_size, rescaled=True, rescale_sum=None, rescale_acc=None
+):
     q = query / math.sqrt(query.shape[-1])
     m = torch.full((*query.shape[:-1], 1), -math.inf)
     total = torch.zeros_like(m)
@@ -227,10 +229,15 @@ def tiled_by_hand(query, key, value, block_size, rescaled=True):
     for start in range(0, key.shape[-2], block_size):
         s = q @ key[..., start : start + block_size, :].mT
         m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-        rescale = torch.exp(m - m_new) if rescaled else 1.0
+        rescale = torch.exp(m - m_new)
         p = torch.exp(s - m_new)
-        total = total * rescale + p.sum(-1, keepdim=True)
-        acc = acc * rescale + p @ value[..., start : start + block_size, :]
+        on_sum = rescaled if rescale_sum is None else rescale_sum
+        on_acc = rescaled if rescale_acc is None else rescale_acc
+        total = total * (rescale if on_sum else 1.0) + p.sum(-1, keepdim=True)
+        acc = (
+            acc * (rescale if on_acc else 1.0)
+            + p @ value[..., start : start + block_size, :]
+        )
         m = m_new
     return acc / total
 
@@ -253,6 +260,18 @@ def test_tiled_attention_names(named) -> None:
             lambda *a: tiled_by_hand(*a, rescaled=False)
         ),
         "running sums not rescaled",
+    )
+    named(
+        lambda: checks.check_tiled_attention(
+            lambda *a: tiled_by_hand(*a, rescale_sum=True, rescale_acc=False)
+        ),
+        "accumulated values not rescaled",
+    )
+    named(
+        lambda: checks.check_tiled_attention(
+            lambda *a: tiled_by_hand(*a, rescale_sum=False, rescale_acc=True)
+        ),
+        "running sum not rescaled",
     )
 
     def no_max(query, key, value, block_size):
