@@ -23,7 +23,7 @@ CACHE_KEY    := _build/.companion-key
 NOTEBOOKS     = $(sort $(wildcard book/*.ipynb))
 
 .PHONY: help venv book book-strict test lint strip-check unit notebooks browser pdf pdf-check bench clean lab \
-	install-check claims claims-ci
+	install-check claims claims-ci floors
 
 help:
 	@echo "make book   - set up .venv and build the HTML book (every chapter executed)"
@@ -33,6 +33,7 @@ help:
 	@echo "make pdf    - print the whole book to _build/pdf/book.pdf (after make book)"
 	@echo "make lab    - set up .venv and open JupyterLab on the chapters"
 	@echo "make install-check - does requirements.txt resolve on macOS, Windows, Linux (network)"
+	@echo "make floors - pyproject.toml's lower bounds installed exactly, then the unit tests (network)"
 	@echo "make clean  - remove _build (keeps .venv)"
 
 # --- set-up ---------------------------------------------------------------------------------
@@ -146,6 +147,12 @@ bench: venv
 # what PyPI serves? Needs the network (skips cleanly offline), so not part of make test.
 install-check: venv
 	$(PY) scripts/check_install.py
+
+# The lower bounds pyproject.toml declares, proven: every `>=` floor installed exactly in a
+# scratch venv (_build/floors/venv), then the unit tests there (scripts/floors.py). Needs the
+# network the first time; not part of make test.
+floors: venv
+	$(PY) scripts/floors.py $(FLOORS_ARGS)
 
 clean:
 	rm -rf _build

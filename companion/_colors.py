@@ -27,30 +27,30 @@ __all__: list[str] = []  # private: nothing here is part of the documented API
 #: brand hues for implementations.
 SCHEME_COLORS: Mapping[str, str] = MappingProxyType(
     {
-        # position schemes (chapters 01, 02, 06)
+        # position schemes
         "none": "#7f7f7f",
         "sinusoidal": "#1f77b4",
         "learned": "#8c564b",
         "rope": "#d62728",
         "alibi": "#2ca02c",
-        # context extension (chapter 03)
+        # context-extension methods
         "pi": "#ff7f0e",
         "ntk": "#9467bd",
         "dynamic-ntk": "#e377c2",
         "yarn": "#17becf",
         "llama3": "#bcbd22",
-        # normalization and where it sits (chapter 05)
+        # normalization and where it sits
         "batch": "#7570b3",
         "layer": "#1b9e77",
         "rms": "#d95f02",
         "pre-ln": "#66a61e",
         "post-ln": "#e7298a",
-        # implementations compared (chapters 02, 04, 07)
+        # implementations compared
         "companion": "#222222",
         "torch": "#ee4c2c",
         "hf": "#e6a100",
         "meta": "#0668e1",
-        # dtypes (chapters 02, 07)
+        # dtypes
         "float64": "#56b4e9",
         "float32": "#0072b2",
         "bfloat16": "#cc79a7",

@@ -1,4 +1,4 @@
-r"""Diagrams drawn with patches rather than data: the padded batch of chapter 5.
+r"""Diagrams drawn with patches rather than data: the padded batch of chapter 6 (normalization).
 
 Private: :mod:`companion.plotting` re-exports
 :func:`~companion.plotting.padded_batch_diagram` and is where it is documented and

@@ -35,11 +35,11 @@ __all__ = [
 #: ``pyproject.toml`` (``pip install -e ".[book]"`` brings them all; a test keeps the two
 #: lists in step and checks every chapter's imports against :data:`CHAPTER_IMPORTS`).
 REQUIRED_PACKAGES: dict[str, str] = {
-    "torch": "2.1",
+    "torch": "2.13",
     "numpy": "1.24",
     "matplotlib": "3.7",
-    "sympy": "1.12",
-    "transformers": "4.46",
+    "sympy": "1.13.3",
+    "transformers": "5.0",
     "ipython": "8.0",
 }
 

@@ -20,8 +20,10 @@ permutation: they concatenate sines and cosines *and* use the frequencies
 :math:`10000^{-i/(D/2 - 1)}`, so their slowest pair turns at exactly ``1/10000``. The
 chapter measures how far apart the tables are.
 
-Angles are computed in float64 and cast at the end, so the values are accurate to the
-output dtype's rounding for positions up to at least :math:`10^6`. A float32 angle
+Angles are computed in float64 and cast at the end, so float32 (and lower-precision)
+values are accurate to the output dtype's rounding for positions up to at least
+:math:`10^6`; float64 values carry the float64 angle's own rounding, about
+``pos * omega_i * 2**-53`` radians (5e-11 at a million). A float32 angle
 ``pos * omega_i`` carries a relative error of about ``2**-23`` (more with the ``exp``
 recipe of the frequencies), i.e. ``pos * omega_i * 2**-23`` radians: up to
 ``1.1e-7 * pos`` when ``omega_1`` is close to 1, 0.06 rad near a million at ``D = 128``
@@ -116,8 +118,12 @@ def sinusoidal_encoding(
     :math:`\sin(\text{pos}\,\omega_i)` and column ``2i + 1`` holds
     :math:`\cos(\text{pos}\,\omega_i)`, with :math:`\omega_i` from
     :func:`sinusoidal_frequencies`. Angles are formed in float64 and only the result is
-    cast to ``dtype``, so every entry is within the rounding of ``dtype`` of the exact
-    value for positions up to at least :math:`10^6`.
+    cast to ``dtype``, so in float32 (and lower-precision dtypes) every entry is within
+    the rounding of ``dtype`` of the exact value for positions up to at least
+    :math:`10^6` (measured against 50-digit arithmetic: :math:`2.9 \times 10^{-8}` at
+    :math:`\text{pos} = 10^6`, ``D = 128``); in float64 the angle's own rounding, about
+    :math:`\text{pos}\,\omega_i 2^{-53}` radians, dominates (:math:`5.2 \times 10^{-11}`
+    there).
 
     Args:
         num_positions: number of positions ``L`` (positions ``0 .. L - 1``); ``0`` gives
@@ -138,7 +144,7 @@ def sinusoidal_encoding(
     device = _validate.device("device", device)
     omega = _frequencies("dim", dim, base).to(device)  # (D/2,) float64
     pos = torch.arange(num_positions, dtype=torch.float64, device=device)  # (L,)
-    angles = pos[:, None] * omega[None, :]  # (L, D/2), float64: ~1e-10 rad at pos = 1e6
+    angles = pos[:, None] * omega[None, :]  # (L, D/2), float64: ~5e-11 rad at pos = 1e6
     pe = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1)  # (L, D/2, 2)
     return pe.flatten(-2).to(dtype)  # (L, D): sin, cos, sin, cos, ...
 

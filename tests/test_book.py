@@ -292,7 +292,7 @@ def test_exercise_stubs_run_their_checker_without_stopping(nb_path: Path) -> Non
         assert re.search(r"\bcheck\w*\(", text), (
             f"{nb_path.name}: stub {i} calls no checker"
         )
-        # chapter 0 shows its stub's "not attempted yet" on purpose: it explains the pattern
+        # chapter 0 (Setting up) shows its stub's "not attempted yet" on purpose: it explains the pattern
         assert nb_path.name.startswith("00_") or "remove-output" in cell.get(
             "metadata", {}
         ).get("tags", []), f"{nb_path.name}: stub {i} must be tagged remove-output"

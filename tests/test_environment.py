@@ -7,11 +7,11 @@ import json
 import os
 import random
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tomllib
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -134,10 +134,10 @@ def test_version_parsing(version: str, expected: tuple[int, ...]) -> None:
 @pytest.mark.parametrize(
     ("metadata", "imported", "mismatch"),
     [
-        ("2.11.0", "2.11.0+cu130", False),  # a CUDA wheel on PyPI
-        ("2.11.0+cpu", "2.11.0+cpu", False),
-        ("2.11.0+cu130", "2.11.0+cu130", False),
-        ("2.10.0", "2.11.0+cu130", True),  # two installs: the imported one is not pip's
+        ("2.13.0", "2.13.0+cu130", False),  # a CUDA wheel on PyPI
+        ("2.13.0+cpu", "2.13.0+cpu", False),
+        ("2.13.0+cu130", "2.13.0+cu130", False),
+        ("2.14.0", "2.13.0+cu130", True),  # two installs: the imported one is not pip's
     ],
 )
 def test_torch_metadata_version_is_compared_without_the_local_part(

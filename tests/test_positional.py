@@ -116,6 +116,25 @@ def test_float32_accurate_to_rounding_at_a_million() -> None:
     assert (naive.double() - expected[3, 0::2]).abs().max().item() > 1e-3
 
 
+def test_float64_table_carries_the_angle_rounding_at_a_million() -> None:
+    """The docstring's float64 claim, against 50-digit arithmetic (mpmath): the float64
+    angle's own rounding, about pos * omega_i * 2**-53, dominates - far above float64's
+    rounding of values near 1 (1.1e-16), and within a few of those angle roundings."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    pos, dim = 10**6, 128
+    row = sinusoidal_encoding(pos + 1, dim, dtype=torch.float64)[pos].tolist()
+    err = 0.0
+    for i in range(dim // 2):
+        angle = pos * mpmath.power(10000, mpmath.mpf(-2 * i) / dim)
+        err = max(
+            err,
+            abs(row[2 * i] - mpmath.sin(angle)),
+            abs(row[2 * i + 1] - mpmath.cos(angle)),
+        )
+    assert 1e-12 < float(err) < 4 * pos * 2.0**-53  # 5.2e-11 here
+
+
 def test_frequencies_and_wavelengths() -> None:
     omega = sinusoidal_frequencies(512)
     assert omega.dtype == torch.float64 and omega.shape == (256,)

@@ -221,6 +221,22 @@ def test_rope_cos_sin_is_float32_accurate_at_two_to_the_twenty() -> None:
     assert (hf_angle.cos().double() - angle.cos()).abs().max() > 1e-3
 
 
+def test_rope_cos_sin_float64_carries_the_angle_rounding_at_two_to_the_twenty() -> None:
+    """The docstring's float64 claim, against 50-digit arithmetic (mpmath): the error is
+    the float64 angle's rounding, about m theta_i 2**-53, not float64's 1.1e-16."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    m, dim = 2**20 - 1, 128
+    cos, sin = rope_cos_sin(
+        torch.tensor([m]), rope_frequencies(dim), dtype=torch.float64
+    )
+    err = 0.0
+    for i, (c, s) in enumerate(zip(cos[0].tolist(), sin[0].tolist(), strict=True)):
+        angle = m * mpmath.power(10000, mpmath.mpf(-2 * i) / dim)
+        err = max(err, abs(c - mpmath.cos(angle)), abs(s - mpmath.sin(angle)))
+    assert 1e-12 < float(err) < 4 * m * 2.0**-53  # 5.9e-11 here
+
+
 def test_rope_cos_sin_shapes_dtype_device_and_fractional_positions(device) -> None:
     theta = rope_frequencies(8)
     cos, sin = rope_cos_sin(

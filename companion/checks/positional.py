@@ -1,4 +1,4 @@
-r"""Checkers for chapter 01 (:ref:`ch-sinusoidal`): the sinusoidal position encoding."""
+r"""Checkers for chapter 1 (:ref:`ch-sinusoidal`): the sinusoidal position encoding."""
 
 from __future__ import annotations
 
@@ -81,7 +81,11 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]
     ]
     for prop, num_positions, dim, atol in cases:
         table = functools.partial(_sinusoid_table, num_positions, dim)
-        reference = positional.sinusoidal_encoding(num_positions, dim)
+        # float64, so that the preview in a message shows the exact values (cos 0.01 =
+        # 0.99995 reads 1, where its float32 rounding 0.99994999 would read 0.9999)
+        reference = positional.sinusoidal_encoding(
+            num_positions, dim, dtype=torch.float64
+        )
         mistakes = [
             Mistake(
                 "sin and cos swapped",
@@ -320,8 +324,9 @@ def check_shift_recurrence(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
     ``pe_k`` the row :math:`\mathrm{PE}(k)`; the answer is every
     :math:`\mathrm{PE}(\text{pos}+k)`, from :math:`\sin(a+b)` and
     :math:`\cos(a+b) = \cos a\cos b - \sin a\sin b`. Named mistakes: "the recurrence
-    printed in the notes" (``cos(a-b)`` for the sine, an extra term for the cosine),
-    "cos(a+b) with a plus sign".
+    printed in the notes" (``cos(a-b)`` for the sine, and for the cosine sin(a+b)'s two
+    terms where ``cos a cos b`` belongs), "the notes' cosine line" (the sine right, the
+    cosine as in the notes), "cos(a+b) with a plus sign".
 
     Args:
         fn: a function ``fn(pe_pos, pe_k)`` with ``pe_pos`` of shape ``(L, D)`` and
@@ -336,9 +341,18 @@ def check_shift_recurrence(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
             Mistake(
                 "the recurrence printed in the notes",
                 "PE(pos,2i)PE(k,2i) + PE(pos,2i+1)PE(k,2i+1) is cos(a - b), not sin(a "
-                "+ b); use sin(a+b) = sin a cos b + cos a sin b and cos(a+b) = cos a "
-                "cos b - sin a sin b.",
+                "+ b); and the cosine line cos a sin b + sin a cos b - sin a sin b "
+                "starts with sin(a+b)'s two terms where cos a cos b belongs. Use "
+                "sin(a+b) = sin a cos b + cos a sin b and cos(a+b) = cos a cos b - "
+                "sin a sin b.",
                 _interleave(sp * sk + cp * ck, cp * sk + sp * ck - sp * sk),
+            ),
+            Mistake(
+                "the notes' cosine line",
+                "the sine is right, but the cosine line of the notes, cos a sin b + "
+                "sin a cos b - sin a sin b, starts with sin(a+b)'s two terms where "
+                "cos a cos b belongs: cos(a+b) = cos a cos b - sin a sin b.",
+                _interleave(sp * ck + cp * sk, cp * sk + sp * ck - sp * sk),
             ),
             Mistake(
                 "cos(a+b) with a plus sign",

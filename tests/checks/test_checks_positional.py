@@ -269,6 +269,8 @@ def _recurrence(pe_pos, pe_k, variant="right"):
     sk, ck = pe_k[0::2], pe_k[1::2]
     if variant == "notes":
         new_s, new_c = s * sk + c * ck, c * sk + s * ck - s * sk
+    elif variant == "notes-cosine":  # the sine fixed, the notes' cosine line kept
+        new_s, new_c = s * ck + c * sk, c * sk + s * ck - s * sk
     elif variant == "plus":
         new_s, new_c = s * ck + c * sk, c * ck + s * sk
     else:
@@ -299,6 +301,12 @@ def test_shift_recurrence_names(named) -> None:
     named(
         lambda: checks.check_shift_recurrence(lambda p, k: _recurrence(p, k, "notes")),
         "the recurrence printed in the notes",
+    )
+    named(
+        lambda: checks.check_shift_recurrence(
+            lambda p, k: _recurrence(p, k, "notes-cosine")
+        ),
+        "the notes' cosine line",
     )
     named(
         lambda: checks.check_shift_recurrence(lambda p, k: _recurrence(p, k, "plus")),
