@@ -58,7 +58,9 @@ def check_layer_norm(layer_norm: Callable[..., torch.Tensor]) -> Iterator[Case]:
     :func:`torch.nn.functional.layer_norm`). Named mistakes: "unbiased variance", "eps
     outside the square root", "unbiased std with eps outside the square root (the
     Annotated Transformer's LayerNorm)", "normalizing over the batch axis", "forgetting
-    the gain", "forgetting the bias".
+    the gain", "forgetting the bias", and, on rows with a large mean (``1e4`` + noise in
+    float32, compared with a float64 computation of the same numbers to ``1e-2``),
+    "E[x^2] - E[x]^2 (catastrophic cancellation)".
 
     Args:
         layer_norm: a function ``layer_norm(x, weight, bias, eps) -> Tensor``.
@@ -77,13 +79,28 @@ def check_layer_norm(layer_norm: Callable[..., torch.Tensor]) -> Iterator[Case]:
             "normalizes each token of (B, L, D) over D only",
             torch.randn(2, 3, 5, generator=gen),
         ),
+        (
+            "stays accurate for rows with a large mean (x = 1e4 + noise, float32)",
+            1e4 + torch.randn(4, 64, generator=gen),
+        ),
     ]
     eps = 1e-5
     for prop, x in cases:
         d = x.shape[-1]
         weight = 1 + 0.5 * torch.randn(d, generator=gen)
         bias = 0.5 * torch.randn(d, generator=gen)
+        large_mean = x.mean().abs() > 100
+        mean = x.mean(-1, keepdim=True)
+        naive_var = x.square().mean(-1, keepdim=True) - mean.square()  # may be < 0
         mistakes = [
+            Mistake(
+                "E[x^2] - E[x]^2 (catastrophic cancellation)",
+                "for a large mean both terms are huge and nearly equal, and float32 "
+                "keeps ~7 digits, so the variance comes out as a multiple of float32's "
+                "step at 1e8 (zero or negative included): subtract the mean first, "
+                "then average the squares, or use torch.var_mean(x, -1, correction=0).",
+                (x - mean) / torch.sqrt(naive_var + eps) * weight + bias,
+            ),
             Mistake(
                 "unbiased variance",
                 "LayerNorm divides by D, not D - 1: use x.var(dim=-1, unbiased=False) "
@@ -112,11 +129,17 @@ def check_layer_norm(layer_norm: Callable[..., torch.Tensor]) -> Iterator[Case]:
                 _norm_rows(x, -1, eps=eps) * weight,
             ),
         ]
+        reference = norm.layer_norm(  # float64 from the same float32 numbers
+            x.double(), d, weight.double(), bias.double(), eps=eps
+        ).to(x.dtype)
         yield Case(
             prop,
             {"x": x, "weight": weight, "bias": bias, "eps": eps},
-            norm.layer_norm(x, d, weight, bias, eps=eps),
+            reference,
             mistakes,
+            # float32 rounds the mean of numbers near 1e4 to ~1e-3: any correct
+            # float32 answer is within 3e-3 there; the cancellation misses by far more
+            **({"atol": 1e-2, "rtol": 1e-2} if large_mean else {}),
         )
 
 

@@ -46,9 +46,19 @@ def layer_norm_numpy(x, w, b, eps, /):
     ) * w.numpy() + b.numpy()
 
 
+def layer_norm_two_pass(x, weight, bias, eps):
+    """Float32 throughout: the mean, then the mean of the squared deviations."""
+    centered = x - x.mean(-1, keepdim=True)
+    return (
+        centered / torch.sqrt(centered.pow(2).mean(-1, keepdim=True) + eps) * (weight)
+        + bias
+    )
+
+
 @pytest.mark.parametrize(
     "answer",
     [
+        layer_norm_two_pass,
         layer_norm_loops,
         layer_norm_module,
         layer_norm_in_place,
@@ -58,7 +68,15 @@ def layer_norm_numpy(x, w, b, eps, /):
             x, x.shape[-1], weight, bias, eps=eps
         ),
     ],
-    ids=["loops", "nn.LayerNorm", "in-place", "numpy", "F.layer_norm", "companion"],
+    ids=[
+        "two-pass",
+        "loops",
+        "nn.LayerNorm",
+        "in-place",
+        "numpy",
+        "F.layer_norm",
+        "companion",
+    ],
 )
 def test_layer_norm_accepts(answer) -> None:
     assert checks.check_layer_norm(answer)
@@ -90,6 +108,21 @@ def _ln(
 )
 def test_layer_norm_names(options, name, named) -> None:
     named(lambda: checks.check_layer_norm(lambda *a: _ln(*a, **options)), name)
+
+
+def test_layer_norm_names_the_cancelling_variance(named) -> None:
+    """E[x^2] - E[x]^2 in float32 passes small-mean rows and fails the 1e4 case."""
+
+    def one_pass(x, weight, bias, eps):
+        mean = torch.mean(x, dim=-1, keepdim=True)
+        var = torch.mean(x * x, dim=-1, keepdim=True) - mean * mean
+        return weight * (x - mean) / torch.sqrt(var + eps) + bias
+
+    err = named(
+        lambda: checks.check_layer_norm(one_pass),
+        "E[x^2] - E[x]^2 (catastrophic cancellation)",
+    )
+    assert "large mean" in str(err)
 
 
 # ---- check_rms_norm ------------------------------------------------------------------
