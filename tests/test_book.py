@@ -379,32 +379,80 @@ OUTLINE_HELP = (
     "if the change is on purpose, regenerate the pinned outline with "
     "`python tests/test_book.py --update-outline` and commit tests/book_outline.txt"
 )
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})(.*)$")
 _HEADING = re.compile(r"^(#{1,3})\s+(.+?)\s*#*\s*$")
 _TARGET = re.compile(r"^\((?P<label>[^()\s]+)\)=\s*$")
+_DIRECTIVE = re.compile(r"^\{(?P<name>[\w:-]+)\}\s*(?P<title>.*)$")
+_OPTION = re.compile(r"^\s*:(?P<key>[\w-]+):\s*(?P<value>.*)$")
+#: Directives whose title the outline pins (the admonition family of MyST/Sphinx).
+ADMONITIONS = {
+    "admonition", "attention", "caution", "danger", "error", "hint", "important",
+    "note", "seealso", "tip", "warning",
+}  # fmt: skip
 
 
 def outline(nb: dict) -> list[str]:
-    """The chapter's `#`..`###` headings and `(label)=` targets, in reading order.
+    """What a chapter must keep, in reading order: its `#`..`###` headings, its `(label)=`
+    targets, its admonitions by title (`{admonition} Common mistakes`, a bare `{note}`) and
+    its exercises by label (`{exercise} ex-rope-frequencies`).
 
-    Code fences (```python, ``` and the like) are skipped; MyST directive fences
-    (```{note}) are read, since their body is markdown.
+    Code blocks (```python, a bare ``` and the like) are skipped; the bodies of MyST
+    directives (```{note}, :::{admonition}) are read, since they are markdown. Fences are
+    tracked as a stack, so a directive's closing fence closes it and opens nothing.
     """
     entries: list[str] = []
     for cell in nb["cells"]:
         if cell["cell_type"] != "markdown":
             continue
-        fence: str | None = None
+        stack: list[tuple[str, int, bool]] = []  # (fence char, length, is code)
+        exercise: int | None = None  # index of an {exercise} entry awaiting its :label:
         for line in source(cell).splitlines():
             match = _FENCE.match(line)
+            if (
+                stack and stack[-1][2]
+            ):  # inside a code block: only its own fence closes it
+                char, length, _ = stack[-1]
+                if (
+                    match
+                    and match.group(1)[0] == char
+                    and len(match.group(1)) >= length
+                ):
+                    if not match.group(2).strip():
+                        stack.pop()
+                continue
             if match:
-                if fence is None and not match.group(2).strip().startswith("{"):
-                    fence = match.group(1)
-                elif fence is not None and line.strip() == fence:
-                    fence = None
+                fence, info = match.group(1), match.group(2).strip()
+                exercise = None
+                if not info:
+                    if (
+                        stack
+                        and stack[-1][0] == fence[0]
+                        and len(fence) >= stack[-1][1]
+                    ):
+                        stack.pop()  # a directive ends
+                    else:
+                        stack.append((fence[0], len(fence), True))  # a bare code block
+                    continue
+                directive = _DIRECTIVE.match(info)
+                if directive is None:  # ```python and the like
+                    stack.append((fence[0], len(fence), fence[0] != ":"))
+                    continue
+                stack.append((fence[0], len(fence), False))
+                name, title = directive.group("name"), directive.group("title").strip()
+                if name in ADMONITIONS:
+                    entries.append(f"{{{name}}} {title}".rstrip())
+                elif name == "exercise":
+                    entries.append(f"{{exercise}} {title}".rstrip())
+                    exercise = len(entries) - 1
                 continue
-            if fence is not None:
-                continue
+            if exercise is not None:
+                option = _OPTION.match(line)
+                if option and option.group("key") == "label":
+                    entries[exercise] = f"{{exercise}} {option.group('value').strip()}"
+                    exercise = None
+                    continue
+                if option is None:
+                    exercise = None  # the options end: an exercise without a label
             if heading := _HEADING.match(line):
                 entries.append(f"{heading.group(1)} {heading.group(2)}")
             elif target := _TARGET.match(line.strip()):
@@ -452,11 +500,26 @@ def test_outline_file_is_pinned() -> None:
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
 def test_chapter_keeps_its_sections(nb_path: Path) -> None:
-    """Every heading and `(label)=` target pinned in tests/book_outline.txt is still there."""
+    """Every heading, `(label)=` target, admonition title and exercise label pinned in
+    tests/book_outline.txt is still there, in the same order."""
     message = outline_difference(
         nb_path.name, outline(load(nb_path)), pinned_outline().get(nb_path.name, [])
     )
     assert not message, message
+
+
+@pytest.mark.parametrize(
+    "nb_path",
+    [nb for nb in NOTEBOOKS if not nb.name.startswith("00_")],
+    ids=lambda p: p.stem,
+)
+def test_every_numbered_chapter_has_a_common_mistakes_box(nb_path: Path) -> None:
+    """The house style: an admonition titled "Common mistakes" in chapters 1-10 (a
+    subtitle after a colon is fine: "Common mistakes: mixing the layouts")."""
+    boxes = [e for e in outline(load(nb_path)) if e.startswith("{admonition} ")]
+    assert any(
+        re.fullmatch(r"\{admonition\} Common mistakes(:.*)?", e) for e in boxes
+    ), f"{nb_path.name}: no admonition titled 'Common mistakes' (has {boxes})"
 
 
 def test_outline_reader_sees_headings_and_targets_but_not_code() -> None:
@@ -467,13 +530,72 @@ def test_outline_reader_sees_headings_and_targets_but_not_code() -> None:
             {"cell_type": "markdown", "source": "```python\n# comment\n```\n### Sub"},
             {
                 "cell_type": "markdown",
-                "source": "```{note}\n## In a note\n```\n#### Deep",
+                "source": "```{note}\n## In a note\n```\n#### Deep\n## After a note",
             },
         ]
     }
-    assert outline(nb) == ["(ch-x)=", "# Title", "## Part", "### Sub", "## In a note"]
+    assert outline(nb) == [
+        "(ch-x)=",
+        "# Title",
+        "## Part",
+        "### Sub",
+        "{note}",
+        "## In a note",
+        "## After a note",  # the note's closing fence opens no code block
+    ]
     lost = outline_difference("x.ipynb", ["# Title"], ["# Title", "## Part"])
     assert "book/x.ipynb: lost ['## Part']" in lost
+
+
+def test_outline_reader_pins_admonition_titles_and_exercise_labels() -> None:
+    nb = {
+        "cells": [
+            {
+                "cell_type": "markdown",
+                "source": ":::{admonition} Common mistakes\n:class: warning\n\n"
+                "1. **Wrong.**\n   ```python\n   # ## not a heading\n   ```\n:::\n## Exercises",
+            },
+            {
+                "cell_type": "markdown",
+                "source": "````{exercise} The frequencies\n:label: ex-freq\n\nWrite:\n"
+                "```python\n# ## not a heading\n```\n````\n"
+                "```{exercise} Unlabelled\nText\n```\n"
+                "```{solution-start} ex-freq\n:class: dropdown\n```",
+            },
+        ]
+    }
+    assert outline(nb) == [
+        "{admonition} Common mistakes",
+        "## Exercises",
+        "{exercise} ex-freq",
+        "{exercise} Unlabelled",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("chapter", "entry"),
+    [
+        ("01_sinusoidal_encoding.ipynb", "{admonition} Common mistakes"),
+        ("02_rope.ipynb", "{exercise} ex-rope-frequencies"),
+    ],
+)
+def test_outline_guard_fails_when_a_box_or_an_exercise_is_deleted(
+    chapter: str, entry: str
+) -> None:
+    """The guard can fail: delete, in memory, the markdown cell that holds a chapter's
+    "Common mistakes" box or one exercise; the outline then reports it lost."""
+    nb = load(BOOK / chapter)
+    now = outline(nb)
+    assert entry in now, f"{chapter} has no {entry!r} to delete"
+    kept = {
+        "cells": [
+            c
+            for c in nb["cells"]
+            if not (c["cell_type"] == "markdown" and entry in outline({"cells": [c]}))
+        ]
+    }
+    message = outline_difference(chapter, outline(kept), now)
+    assert "lost" in message and entry in message, message
 
 
 if __name__ == "__main__":
@@ -482,8 +604,9 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--update-outline"]:
         sys.exit("usage: python tests/test_book.py --update-outline")
     OUTLINE.write_text(
-        "#! Headings (#..###) and (label)= targets of every chapter, pinned by\n"
-        "#! tests/test_book.py; regenerate: python tests/test_book.py --update-outline\n"
+        "#! Headings (#..###), (label)= targets, admonition titles and exercise labels of\n"
+        "#! every chapter, pinned by tests/test_book.py; regenerate:\n"
+        "#! python tests/test_book.py --update-outline\n"
         + "\n".join(outline_lines())
         + "\n",
         encoding="utf-8",
