@@ -901,3 +901,420 @@ def compare_position_schemes(
     return PositionComparison(
         schemes, seed_list, training_length, lag, losses, accuracy, models, shorter
     )
+
+
+# ---- The capstone's experiments (chapter 7) ----------------------------------------------
+
+__all__ += [
+    "CAPSTONE_EVAL_LENGTH",
+    "CAPSTONE_SIZES",
+    "CAPSTONE_TASK",
+    "WARMUP_CONFIGS",
+    "absolute_position_runs",
+    "band_accuracy",
+    "capstone_model",
+    "first_adamw_step",
+    "first_relapse",
+    "first_step_below",
+    "position_accuracies",
+    "train_capstone_scheme",
+    "warmup_runs",
+]
+
+CAPSTONE_SIZES: dict[str, int] = {
+    "vocab_size": 16,
+    "dim": 32,
+    "num_heads": 4,
+    "num_layers": 2,
+    "max_len": 64,
+}
+"""The capstone's model: width 32, four heads of width 8, two layers, 16 tokens, and a
+learned table (where one is asked for) of 64 rows, four times the training length."""
+
+CAPSTONE_TASK: dict[str, int] = {"batch_size": 32, "length": 16, "lag": 2}
+"""The capstone's training batches: 32 sequences of length ``L_0 = 16``, lag 2."""
+
+CAPSTONE_EVAL_LENGTH = 64
+"""The capstone evaluates every model once, on 256 sequences of four times ``L_0``."""
+
+WARMUP_CONFIGS: dict[str, tuple[str, int]] = {
+    "pre-LN": ("pre", 0),
+    "post-LN": ("post", 0),
+    "post-LN + warm-up": ("post", 30),
+}
+"""The capstone's warm-up experiment: label -> (placement, warm-up steps)."""
+
+
+def capstone_model(position: str, **overrides: object) -> Callable[[], TinyTransformer]:
+    """The factory of the capstone's model with one position scheme: give it to
+    :func:`build` or :func:`run_seeds`.
+
+    Args:
+        position: ``"none"``, ``"sinusoidal"``, ``"learned"``, ``"rope"`` or ``"alibi"``.
+        **overrides: other :class:`~companion.model.ModelConfig` fields (``num_layers``,
+            ``placement``, ``rope_base``, ...), in place of :data:`CAPSTONE_SIZES`.
+
+    Returns:
+        A function of no arguments that builds a fresh
+        :class:`~companion.model.TinyTransformer`.
+    """
+    from companion.model import ModelConfig
+
+    config = ModelConfig(**{**CAPSTONE_SIZES, "position": position, **overrides})  # type: ignore[arg-type]
+    return lambda: TinyTransformer(config)
+
+
+def train_capstone_scheme(
+    scheme: str,
+    seed_list: Sequence[int],
+    *,
+    budgets: Sequence[int] = (500, 1000),
+    lr: float = 1e-2,
+    warmup_steps: int = 50,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+) -> dict[int, SeedRuns]:
+    """The capstone's scheme comparison for one scheme: every seed at every budget.
+
+    Each ``(budget, seed)`` model is built with :func:`build` (so the seed sets both the
+    initial weights and the batches) and all of them train together in one
+    :func:`train_batched` call on the lag task (:data:`CAPSTONE_TASK`): AdamW, a linear
+    warm-up to ``lr`` over ``warmup_steps``, then half a cosine to zero at each run's own
+    last step.
+
+    Args:
+        scheme: the position scheme (see :func:`capstone_model`).
+        seed_list: the seeds (e.g. ``seeds(3)``).
+        budgets: the numbers of steps, each run once per seed.
+        lr: peak learning rate.
+        warmup_steps: linear warm-up steps.
+        device: where to train.
+        progress: print the mean loss during training.
+
+    Returns:
+        budget -> :class:`SeedRuns` (the seeds in ``seed_list``'s order).
+    """
+    factory = capstone_model(scheme)
+    seed_list = _capstone_seeds("seed_list", seed_list)
+    budgets = tuple(
+        _validate.positive_int(f"budgets[{i}]", b) for i, b in enumerate(budgets)
+    )
+    if not budgets or len(set(budgets)) != len(budgets):
+        raise ValueError(f"budgets must be distinct step counts, got {budgets}")
+    jobs = [(steps, seed) for steps in budgets for seed in seed_list]
+    models = [build(factory, seed, device=device) for _, seed in jobs]
+    runs = train_batched(
+        models,
+        seeds=[seed for _, seed in jobs],
+        steps=[steps for steps, _ in jobs],  # each run its own budget and schedule
+        lr=lr,
+        warmup_steps=warmup_steps,
+        schedule="cosine",
+        progress=progress,
+        **CAPSTONE_TASK,
+    )
+    out = {}
+    for steps in budgets:
+        done = [k for k, (n, _) in enumerate(jobs) if n == steps]  # in seed order
+        out[steps] = SeedRuns(
+            seed_list, [runs[k].losses for k in done], [models[k] for k in done]
+        )
+    return out
+
+
+def position_accuracies(
+    runs: SeedRuns, *, length: int = CAPSTONE_EVAL_LENGTH, lag: int = 2
+) -> torch.Tensor:
+    """Each trained model's accuracy at each position of one evaluation batch.
+
+    :func:`companion.model.position_accuracy` for each model of ``runs``, on the same 256
+    sequences of length ``length`` (its default seed): one evaluation at the longest
+    length serves every shorter band, since a causal model's output at ``t`` depends
+    only on positions ``0..t``.
+
+    Args:
+        runs: trained models (a :class:`SeedRuns`).
+        length: the evaluation length.
+        lag: the task's lag.
+
+    Returns:
+        float64 ``(seeds, length)``, ``nan`` at ``t < lag``.
+    """
+    from companion.model import position_accuracy
+
+    _validate.instance("runs", runs, SeedRuns, "a SeedRuns")
+    return torch.stack(
+        [position_accuracy(m, length=length, lag=lag) for m in runs.models]
+    )
+
+
+def band_accuracy(
+    per_position: torch.Tensor, bands: dict[str, tuple[int, int]]
+) -> torch.Tensor:
+    """Mean accuracy over bands of positions: ``(seeds, L) -> (seeds, bands)``.
+
+    Args:
+        per_position: accuracies per seed and position (:func:`position_accuracies`).
+        bands: label -> ``(start, stop)``, the positions ``start <= t < stop``.
+
+    Returns:
+        ``(seeds, len(bands))``, the bands in ``bands``' order.
+    """
+    per_position = _validate.tensor(
+        "per_position", per_position, dtype="floating", ndim=2, meaning="(seeds, L)"
+    )
+    if not isinstance(bands, dict) or not bands:
+        raise _validate._fail(
+            TypeError, "bands", "a non-empty dict label -> (start, stop)", bands
+        )
+    L = per_position.shape[1]
+    for label, band in bands.items():
+        if (
+            not isinstance(band, tuple)
+            or len(band) != 2
+            or not all(isinstance(v, int) for v in band)
+            or not 0 <= band[0] < band[1] <= L
+        ):
+            raise ValueError(
+                f"bands[{label!r}] must be (start, stop) with 0 <= start < stop <= {L}, "
+                f"got {band!r}"
+            )
+    return torch.stack(
+        [per_position[:, a:b].mean(dim=1) for a, b in bands.values()], dim=1
+    )
+
+
+def first_step_below(
+    losses: Sequence[float], threshold: float, *, window: int = 20
+) -> int | None:
+    """The first step at which the mean loss over the last ``window`` steps is below
+    ``threshold`` (the step that ends the window), ``None`` if it never is.
+
+    Args:
+        losses: one loss per step.
+        threshold: the loss to get below.
+        window: the moving average's width.
+    """
+    window = _validate.positive_int("window", window)
+    threshold = _validate.real("threshold", threshold)
+    curve = [float(v) for v in losses]
+    for end in range(window, len(curve) + 1):
+        if sum(curve[end - window : end]) / window < threshold:
+            return end
+    return None
+
+
+def first_relapse(
+    losses: Sequence[float], *, low: float = 0.1, high: float = 1.0
+) -> int | None:
+    """The first step at which a run that had got below ``low`` is back above ``high``
+    (it lost what it had learned), ``None`` if that never happens.
+
+    Args:
+        losses: one loss per step.
+        low: the loss that counts as trained.
+        high: the loss that counts as lost again.
+    """
+    low = _validate.real("low", low)
+    high = _validate.real("high", high)
+    if not low < high:
+        raise ValueError(f"low must be below high, got low={low}, high={high}")
+    reached = False
+    for step, value in enumerate(float(v) for v in losses):
+        if reached and value > high:
+            return step
+        reached = reached or value < low
+    return None
+
+
+def warmup_runs(
+    seed_list: Sequence[int],
+    *,
+    steps: int = 150,
+    lr: float = 3e-2,
+    num_layers: int = 4,
+    configs: dict[str, tuple[str, int]] | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+) -> dict[str, SeedRuns]:
+    """The capstone's Post-LN/Pre-LN experiment: RoPE, ``num_layers`` layers, a constant
+    learning rate ``lr`` after an optional linear warm-up, every seed of every
+    configuration of :data:`WARMUP_CONFIGS` (one :func:`train_batched` call per
+    placement).
+
+    Args:
+        seed_list: the seeds (e.g. ``seeds(6)``).
+        steps: training steps of every run.
+        lr: the learning rate, reached after the warm-up and then kept.
+        num_layers: the model's depth.
+        configs: label -> (placement, warm-up steps); :data:`WARMUP_CONFIGS` by default.
+        device: where to train.
+        progress: print the mean loss during training.
+
+    Returns:
+        label -> :class:`SeedRuns`, in ``configs``' order.
+    """
+    seed_list = _capstone_seeds("seed_list", seed_list)
+    configs = WARMUP_CONFIGS if configs is None else configs
+    if not isinstance(configs, dict) or not configs:
+        raise _validate._fail(
+            TypeError,
+            "configs",
+            "a non-empty dict label -> (placement, warm-up)",
+            configs,
+        )
+    for label, (placement, warm) in configs.items():
+        _validate.choice(f"configs[{label!r}] placement", placement, ("pre", "post"))
+        _validate.nonnegative_int(f"configs[{label!r}] warm-up", warm)
+    out: dict[str, SeedRuns] = {}
+    for placement in dict.fromkeys(p for p, _ in configs.values()):  # one batch each
+        factory = capstone_model("rope", num_layers=num_layers, placement=placement)
+        labels = [label for label, (p, _) in configs.items() if p == placement]
+        jobs = [(label, seed) for label in labels for seed in seed_list]
+        models = [build(factory, seed, device=device) for _, seed in jobs]
+        runs = train_batched(
+            models,
+            seeds=[seed for _, seed in jobs],
+            steps=steps,
+            lr=lr,
+            warmup_steps=[configs[label][1] for label, _ in jobs],
+            progress=progress,
+            **CAPSTONE_TASK,
+        )
+        for label in labels:
+            done = [k for k, (name, _) in enumerate(jobs) if name == label]
+            out[label] = SeedRuns(
+                seed_list, [runs[k].losses for k in done], [models[k] for k in done]
+            )
+    return {label: out[label] for label in configs}
+
+
+def first_adamw_step(
+    seed_list: Sequence[int],
+    *,
+    lr: float = 3e-2,
+    num_layers: int = 4,
+    device: torch.device | str | None = None,
+) -> dict[str, torch.Tensor]:
+    """One AdamW step of the warm-up experiment's models, measured: the premises of
+    Xiong et al. and Liu et al. at this depth.
+
+    For each placement and seed: build the model (:func:`build`), take one batch of the
+    lag task (from the seed), and record the norm of the gradient of the top MLP's output
+    matrix, the norm of AdamW's first update of it, and how far the step moves the
+    logits, ``|z_after - z_before| / |z_before|``.
+
+    Args:
+        seed_list: the seeds.
+        lr: AdamW's learning rate.
+        num_layers: the model's depth.
+        device: where to compute.
+
+    Returns:
+        placement (``"post"``, ``"pre"``) -> float64 ``(seeds, 3)``: gradient norm,
+        update norm, relative logit change.
+    """
+    seed_list = _capstone_seeds("seed_list", seed_list)
+    lr = _validate.positive_real("lr", lr)
+    out = {}
+    for placement in ("post", "pre"):
+        factory = capstone_model("rope", num_layers=num_layers, placement=placement)
+        rows = []
+        for seed in seed_list:
+            net = build(factory, seed, device=device)
+            dev = next(net.parameters()).device
+            generator = torch.Generator().manual_seed(seed)
+            x, y = lag_task(
+                CAPSTONE_TASK["batch_size"],
+                CAPSTONE_TASK["length"],
+                lag=CAPSTONE_TASK["lag"],
+                vocab_size=net.config.vocab_size,
+                generator=generator,
+                device=dev,
+            )
+            top = net.blocks[-1].sublayer[2].weight  # the last MLP's output matrix
+            top_before = top.detach().clone()
+            with torch.no_grad():
+                logits_before = net(x)
+            F.cross_entropy(net(x).flatten(0, 1), y.flatten()).backward()
+            grad = top.grad.norm().item()
+            torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0).step()
+            with torch.no_grad():
+                moved = ((net(x) - logits_before).norm() / logits_before.norm()).item()
+            update = (top.detach() - top_before).norm().item()
+            rows.append([grad, update, moved])
+        out[placement] = torch.tensor(rows, dtype=torch.float64)
+    return out
+
+
+def absolute_position_runs(
+    position: str,
+    seed_list: Sequence[int],
+    *,
+    steps: int,
+    targets: Callable[[torch.Tensor], torch.Tensor],
+    lr: float = 3e-3,
+    eval_length: int = 32,
+    device: torch.device | str | None = None,
+) -> tuple[SeedRuns, torch.Tensor]:
+    """The capstone's third exercise: train on another task of the lag task's tokens
+    (``targets``, e.g. ``t mod 5``) at a constant ``lr``, then score each position.
+
+    Args:
+        position: the position scheme (``"learned"``, ``"rope"``, ...).
+        seed_list: the seeds.
+        steps: training steps.
+        targets: ``(B, L)`` token ids -> ``(B, L)`` integer targets.
+        lr: AdamW's learning rate (constant, no warm-up).
+        eval_length: the evaluation length (256 sequences of the evaluation seed).
+        device: where to train.
+
+    Returns:
+        ``(runs, accuracy)``: the :class:`SeedRuns` and each seed's accuracy at each
+        position, float64 ``(seeds, eval_length)``.
+    """
+    _validate.callable_("targets", targets)
+    eval_length = _validate.positive_int("eval_length", eval_length)
+    runs = run_seeds(
+        capstone_model(position),
+        _capstone_seeds("seed_list", seed_list),
+        device=device,
+        steps=steps,
+        lr=lr,
+        targets=targets,
+        **CAPSTONE_TASK,
+    )
+    dev = next(runs.models[0].parameters()).device
+    tokens, _ = lag_task(
+        256,
+        eval_length,
+        lag=CAPSTONE_TASK["lag"],
+        vocab_size=CAPSTONE_SIZES["vocab_size"],
+        generator=torch.Generator().manual_seed(1234),  # position_accuracy's batch
+        device=dev,
+    )
+    answer = _task_targets(targets, tokens)
+    with torch.no_grad():
+        hit = torch.stack(
+            [m(tokens).argmax(dim=-1) == answer for m in runs.models]
+        )  # (seeds, 256, eval_length)
+    return runs, hit.double().mean(dim=1).cpu()
+
+
+def _capstone_seeds(name: str, seed_list: object) -> tuple[int, ...]:
+    """Distinct non-negative int seeds, as a tuple."""
+    if (
+        isinstance(seed_list, (str, bytes))
+        or not isinstance(seed_list, Sequence)
+        or not seed_list
+    ):
+        raise _validate._fail(
+            TypeError, name, "a non-empty sequence of ints", seed_list
+        )
+    checked = tuple(
+        _validate.integer(f"{name}[{i}]", s, minimum=0, maximum=2**32 - 1)
+        for i, s in enumerate(seed_list)
+    )
+    if len(set(checked)) != len(checked):
+        raise ValueError(f"{name} must not repeat a seed, got {checked}")
+    return checked

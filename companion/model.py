@@ -1,8 +1,10 @@
 r"""A tiny decoder-only Transformer built from the book's parts, and its training loops.
 
-The capstone chapter ("A tiny Transformer") trains this model with each position scheme
-of the book and measures what the earlier chapters claimed: does the scheme matter, and
-does it extrapolate past the training length? Every part comes from ``companion``:
+The capstone chapter ("A tiny Transformer") trains this model with the position schemes
+of chapters 1-3 (none, sinusoidal, RoPE, ALiBi, and a learned table in an exercise) and
+measures what the earlier chapters claimed: does the scheme matter, and does it
+extrapolate past the training length? (Chapter 4 trains the rest of the position family,
+through :mod:`companion.relative`.) Every part comes from ``companion``:
 
 * attention: :class:`companion.attention.MultiHeadAttention`; the RoPE and ALiBi layers
   subclass it and override only its position step, :meth:`~companion.attention.MultiHeadAttention.attend`;
@@ -18,7 +20,8 @@ places back: the answer is defined at any length, and it can only be found by po
 
 The training loops live in :mod:`companion.experiments`, the one home of the book's
 training (seeds, the jitter that stands for another processor, result tables):
-:func:`companion.experiments.train` and :func:`companion.experiments.train_batched`.
+:func:`companion.experiments.train` and :func:`companion.experiments.train_batched`, and
+the capstone's experiments themselves (its section "The capstone's experiments").
 ``model.train``, ``model.train_batched`` and ``model.TrainingRun`` still work for one
 release and warn (:class:`DeprecationWarning`). :func:`accuracy` scores a trained model
 over every position of a batch; :func:`position_accuracy` position by position, so that
@@ -192,7 +195,11 @@ class RotarySelfAttention(CausalSelfAttention):
 
 
 class ALiBiSelfAttention(CausalSelfAttention):
-    """Causal self-attention with ALiBi: the bias :math:`-m_h (i - j)` on the scores.
+    """Causal self-attention with ALiBi: the bias :math:`-a_h (m - n)` on the scores.
+
+    Head ``h`` adds ``-a_h (m - n)`` to the score of the query at position ``m`` for the
+    key at ``n``, with slope ``a_h`` (the book's notation; Press et al. write ``m`` for
+    the slope).
 
     The only override is the position step: :func:`companion.extension.alibi_bias`
     (causal mask included) becomes the additive mask of the attention. No parameters are
@@ -478,9 +485,11 @@ def position_accuracy(
 
     The evaluation batch is :func:`accuracy`'s (same ``seed``), so the mean over
     positions ``t >= lag`` is :func:`accuracy`. In a causal model the output at ``t``
-    depends only on positions ``0..t``: the accuracies at ``t < n`` are the same at
-    every evaluation length ``>= n``, and one evaluation at the longest length gives
-    every shorter one.
+    depends only on positions ``0..t``: *on the same tokens*, the accuracies at
+    ``t < n`` do not depend on the evaluation length. This function draws a new batch
+    for each ``length`` (the first ``n`` columns of a ``(B, 64)`` draw are not a
+    ``(B, n)`` draw), so to compare positions across lengths evaluate once, at the
+    longest length, and slice the result.
 
     Args:
         model: a trained :class:`TinyTransformer` (any module with its ``.config``).

@@ -1,4 +1,4 @@
-r"""Checkers for chapter 06 (:ref:`ch-tiny-transformer`): the tasks of the capstone."""
+r"""Checkers for chapter 7 (:ref:`ch-tiny-transformer`): the tasks of the capstone."""
 
 from __future__ import annotations
 

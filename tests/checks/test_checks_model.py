@@ -1,4 +1,4 @@
-"""Chapter 06's checkers (the tiny Transformer's tasks): correct answers in several
+"""Chapter 7's checkers (the tiny Transformer's tasks): correct answers in several
 styles pass; each named mistake, float targets included, is named."""
 
 from __future__ import annotations
