@@ -514,8 +514,8 @@ def test_chapter_keeps_its_sections(nb_path: Path) -> None:
     ids=lambda p: p.stem,
 )
 def test_every_numbered_chapter_has_a_common_mistakes_box(nb_path: Path) -> None:
-    """The house style: an admonition titled "Common mistakes" in chapters 1-10 (a
-    subtitle after a colon is fine: "Common mistakes: mixing the layouts")."""
+    """The house style: an admonition titled "Common mistakes" in every chapter but
+    Setting up (a subtitle after a colon is fine: "Common mistakes: mixing the layouts")."""
     boxes = [e for e in outline(load(nb_path)) if e.startswith("{admonition} ")]
     assert any(
         re.fullmatch(r"\{admonition\} Common mistakes(:.*)?", e) for e in boxes
