@@ -854,9 +854,6 @@ def compare_position_schemes(
             f"lag must be less than training_length={training_length}, got {lag}"
         )
     config = replace(config, max_len=max(config.max_len, eval_length))
-    for scheme in schemes:  # every scheme builds at these sizes, before any training
-        with torch.device("meta"):
-            position_family_model(scheme, config)
 
     losses: dict[str, torch.Tensor] = {}
     accuracy: dict[str, torch.Tensor] = {}

@@ -13,7 +13,8 @@ each matched to a reference in ``tests/test_relative.py``:
                                        (and :math:`a^V` to the values),
                                        :math:`e_{ij} = q_i \cdot (k_j + a^K_{ij})`
 :func:`transformer_xl_scores`          Dai et al. (2019): the four terms of
-                                       :math:`(q_i + p_i)\cdot(k_j + p_j)` rewritten with a
+                                       :math:`(x_i + p_i) W_Q W_K^\top (x_j + p_j)^\top`
+                                       (positions added to the inputs) rewritten with a
                                        relative encoding :math:`r_{i-j}` and two learned
                                        vectors :math:`u, v`; computed with :func:`rel_shift`
 :func:`t5_relative_position_bucket`,   Raffel et al. (2020): one learned scalar per head
@@ -46,7 +47,7 @@ alone. The cos/sin tables plug into :func:`companion.rope.apply_rope`.
 **Choosing the base.** :func:`rope_base_lower_bound` is the smallest RoPE base for which
 the long-term-decay sum of Men et al. (2024), :math:`B(m) = \sum_i \cos(m\theta_i)`,
 stays non-negative up to a target context length; :func:`critical_dimension` counts
-the dimensions that turn a full circle within the training length (Liu et al., 2023).
+the dimensions that turn a full circle within the training length (Liu et al., 2024).
 
 **No position at all.** :func:`nope_position_readout` computes Kazemnejad et al.'s
 (2023) construction: causal attention with equal scores reads absolute position.
@@ -65,20 +66,17 @@ from torch import Tensor, nn
 
 from companion import _validate
 from companion.attention import _scale, scaled_dot_product_attention
-from companion.experiments import train_batched
 from companion.model import (
     CausalSelfAttention,
     ModelConfig,
     RotarySelfAttention,
     TinyTransformer,
-    position_accuracy,
 )
 from companion.positional import _frequencies, sinusoidal_dot_products
 from companion.rope import rope_frequencies
 
 __all__ = [
     "PRoPESelfAttention",
-    "PositionComparison",
     "PositionFamilyTransformer",
     "ShawSelfAttention",
     "T5BiasSelfAttention",
@@ -86,7 +84,6 @@ __all__ = [
     "TransformerXLSelfAttention",
     "axial_rope_cos_sin",
     "axial_rope_frequencies",
-    "compare_position_schemes",
     "critical_dimension",
     "grid_positions",
     "longrope_attention_factor",
@@ -100,6 +97,7 @@ __all__ = [
     "relative_positions",
     "rope_base_lower_bound",
     "rope_decay_sum",
+    "rope_pair_scores",
     "shaw_attention",
     "shaw_relative_index",
     "shaw_scores",
@@ -653,7 +651,8 @@ def transformer_xl_scores(
                + \underbrace{u \cdot k_j}_{(c)} + \underbrace{v \cdot r_{i-j}}_{(d)}
                = (q_i + u) \cdot k_j + \mathrm{shift}\big((q_i + v) \cdot r\big)_{ij},
 
-    the four terms of :math:`(x_i + p_i)^\top W_q^\top W_k (x_j + p_j)` with the key's
+    the four terms of :math:`(x_i + p_i) W_Q W_K^\top (x_j + p_j)^\top` (rows, as in
+    :ref:`ch-relative`; the paper writes column vectors) with the key's
     absolute :math:`p_j` replaced by :math:`r_{i-j}` and the query's by the learned
     :math:`u` and :math:`v`. Terms (b) and (d) are one :math:`L \times S` product
     against the distances, realigned by :func:`rel_shift`. Queries are the last ``L``
@@ -853,7 +852,14 @@ def multimodal_position_ids(
       :math:`\max(h, w)/m`.
 
     This is Hugging Face transformers 5.23's ``Qwen2VLModel.get_rope_index`` (images
-    and videos alike, ``time_interval`` 1) for one unpadded sequence.
+    and videos alike, ``time_interval`` 1) for one unpadded sequence. For an image
+    (:math:`t = 1`) the text after it resumes at one past the largest id used, as in
+    Qwen2-VL's original code. For a video with more frames than :math:`\max(h, w)/m`,
+    transformers 5.23 departs from that code: :math:`p` still grows by
+    :math:`\max(h, w)/m`, so the text resumes inside the video's temporal ids
+    (``[2, (6, 4, 4), 2]``: video temporal ids 2-7, then text at 4 and 5), where
+    Qwen2-VL's original ``get_rope_index`` (transformers 4.4x) started it at the
+    largest id plus one (8).
 
     Args:
         segments: ints (text lengths, at least 1) and ``(t, h, w)`` triples of
@@ -1180,7 +1186,7 @@ def rope_base_lower_bound(
 
 
 def critical_dimension(head_dim: int, base: float, training_length: int) -> int:
-    r"""Liu et al.'s (2023) critical dimension: the dimensions whose pairs turn a full
+    r"""Liu et al.'s (2024) critical dimension: the dimensions whose pairs turn a full
     circle within the training length.
 
     Pair :math:`i` has wavelength :math:`\lambda_i = 2\pi\, b^{2i/D}`; it completes a
@@ -1431,13 +1437,16 @@ class TransformerXLSelfAttention(CausalSelfAttention):
 def p_rope_frequencies(
     head_dim: int, fraction: float, *, base: float = 10000.0
 ) -> Tensor:
-    r"""p-RoPE's frequencies (Barbero et al., 2024): RoPE with only the fastest
+    r"""p-RoPE's frequencies (Barbero et al., 2025): RoPE with only the fastest
     fraction ``p`` of its frequencies, the slowest set to zero.
 
     RoPE's :math:`\theta_i = b^{-2i/D}` for the first :math:`\operatorname{round}(p\,
     D/2)` pairs (the fastest), :math:`0` for the rest: those pairs do not turn at all
     and carry content only, at every distance. :math:`p = 1` is RoPE, :math:`p = 0`
-    no position at all.
+    no position at all. The count is rounded to the nearest integer (Python's
+    ``round``); Barbero et al.'s code floors it (``int(p * D // 2)``): the two differ
+    where :math:`pD/2` has a fraction above one half (e.g. :math:`p = 0.3`,
+    :math:`D = 64`: 10 pairs here, 9 there).
 
     Args:
         head_dim: ``D``, a positive even int.
@@ -1484,7 +1493,7 @@ class PRoPESelfAttention(RotarySelfAttention):
 # ---- the trained comparison ----------------------------------------------------------
 
 COMPARISON_SCHEMES = ("none", "alibi", "rope", "p_rope", "t5", "shaw", "transformer_xl")
-"""The position schemes :func:`compare_position_schemes` trains."""
+"""The position schemes :func:`companion.experiments.compare_position_schemes` trains."""
 
 _LAYER_OPTIONS = {  # the defaults of the comparison: sized for a training length of 16
     "p_rope": {"fraction": 0.5},
@@ -1566,205 +1575,87 @@ def position_family_model(
     return TinyTransformer(dataclasses.replace(config, position=scheme))
 
 
-@dataclasses.dataclass(frozen=True)
-class PositionComparison:
-    """What :func:`compare_position_schemes` returns.
+def rope_pair_scores(
+    net: TinyTransformer, input_ids: Tensor, *, layer: int = -1
+) -> Tensor:
+    r"""Each RoPE pair's share of one layer's scores, split into its cosine and sine parts.
 
-    Attributes:
-        schemes: the schemes, in order.
-        seeds: the seeds (one model per scheme and seed).
-        training_length: ``L_0``, the length trained on.
-        lag: the task's lag.
-        losses: scheme -> training loss at each step, ``(seeds, steps)``.
-        accuracy: scheme -> accuracy at each position of the evaluation length,
-            ``(seeds, eval_length)`` (``nan`` at ``t < lag``).
-        models: scheme -> the trained models, one per seed.
-        shorter: ``(scheme, steps)`` -> the accuracy at each position, ``(seeds,
-            eval_length)``, of the same seeds trained for a smaller budget (when
-            ``steps`` gave the scheme several).
-    """
+    In the complex view (:ref:`ch-rope`), pair :math:`i` of a query at position
+    :math:`m` and a key at :math:`n` adds to the score
 
-    schemes: tuple[str, ...]
-    seeds: tuple[int, ...]
-    training_length: int
-    lag: int
-    losses: dict[str, Tensor]
-    accuracy: dict[str, Tensor]
-    models: dict[str, list[TinyTransformer]]
-    shorter: dict[tuple[str, int], Tensor] = dataclasses.field(default_factory=dict)
+    .. math::
+        \frac{1}{\sqrt{D}} \mathrm{Re}\big(z_q \bar z_k e^{\mathrm{i}(m-n)\theta_i}\big)
+        = \frac{1}{\sqrt{D}} \big(a \cos((m-n)\theta_i) - b \sin((m-n)\theta_i)\big),
+        \qquad a + \mathrm{i} b = z_q \bar z_k,
 
-    def band(self, scheme: str, start: int, stop: int) -> Tensor:
-        """Each seed's mean accuracy over positions ``start <= t < stop``, ``(seeds,)``."""
-        scheme = _validate.choice("scheme", scheme, self.schemes)
-        return self.accuracy[scheme][:, start:stop].mean(dim=1)
-
-    def inside(self, scheme: str) -> Tensor:
-        """Accuracy on the trained positions ``lag <= t < L_0``, per seed."""
-        return self.band(scheme, self.lag, self.training_length)
-
-    def beyond(self, scheme: str) -> Tensor:
-        """Accuracy on the positions beyond the training length only, ``t >= L_0``,
-        per seed."""
-        eval_length = next(iter(self.accuracy.values())).shape[-1]
-        return self.band(scheme, self.training_length, eval_length)
-
-    def final_loss(self, scheme: str, window: int = 50) -> Tensor:
-        """Each seed's mean training loss over the last ``window`` steps."""
-        scheme = _validate.choice("scheme", scheme, self.schemes)
-        return self.losses[scheme][:, -window:].mean(dim=1)
-
-    def table(self) -> str:
-        """A Markdown table: per scheme, the accuracy inside and beyond ``L_0`` as
-        mean ± standard deviation over the seeds (lowest–highest), and the final loss."""
-
-        def cell(v: Tensor) -> str:
-            sd = v.std(correction=1).item() if v.numel() > 1 else 0.0
-            return f"{v.mean():.3f} ± {sd:.3f} ({v.min():.2f}–{v.max():.2f})"
-
-        eval_length = next(iter(self.accuracy.values())).shape[-1]
-        rows = [
-            f"| scheme | inside: t = {self.lag}–{self.training_length - 1} | beyond "
-            f"only: t = {self.training_length}–{eval_length - 1} | final loss |",
-            "|---|---|---|---|",
-        ]
-        for s in self.schemes:
-            rows.append(
-                f"| {s} | {cell(self.inside(s))} | {cell(self.beyond(s))} | "
-                f"{self.final_loss(s).mean():.3f} |"
-            )
-        return "\n".join(rows)
-
-
-def compare_position_schemes(
-    schemes: Sequence[str] = COMPARISON_SCHEMES,
-    *,
-    seeds: Sequence[int] = (0, 1, 2),
-    steps: int | dict[str, int | tuple[int, ...]] = 400,
-    config: ModelConfig | None = None,
-    training_length: int = 16,
-    eval_length: int = 64,
-    lag: int = 2,
-    batch_size: int = 32,
-    lr: float = 1e-2,
-    warmup_steps: int = 50,
-    num_sequences: int = 256,
-    progress: bool = False,
-) -> PositionComparison:
-    """Train every scheme on the lag task with every seed and measure the accuracy at
-    each position up to ``eval_length``.
-
-    The test bench is :mod:`companion.model`'s: a :class:`~companion.model.TinyTransformer`
-    (default: vocabulary 16, width 32, 4 heads, 2 layers) trained by
-    :func:`companion.experiments.train_batched` (all seeds of a scheme as one batched model,
-    AdamW, linear warm-up then a cosine decay) on :func:`companion.model.lag_task` at
-    ``training_length``, then :func:`companion.model.position_accuracy` on one
-    evaluation batch of ``eval_length`` positions. Seed ``s`` builds its model after
-    ``torch.manual_seed(s)`` and draws its batches from seed ``s``.
+    with :math:`z_q, z_k` the pair's entries of the query and key *before* rotation
+    (half layout, as :func:`companion.rope.apply_rope`). Summed over both parts and all
+    pairs this is the layer's score (:func:`companion.modern.attention_maps` with
+    ``scores=True``) on and below the diagonal. Computed in float64.
 
     Args:
-        schemes: names from ``COMPARISON_SCHEMES`` (or ``"sinusoidal"``,
-            ``"learned"``), without repeats.
-        seeds: at least one seed, without repeats.
-        steps: optimization steps per model: one number, or one per scheme (a dict
-            from every scheme to its steps: the slow learners can get more). A tuple
-            of budgets for a scheme trains its seeds at each, in one batched run;
-            the largest gives the results, the others go to
-            :attr:`PositionComparison.shorter`.
-        config: the model sizes (``position`` is set per scheme); ``None`` for the
-            default above.
-        training_length: ``L_0``.
-        eval_length: the evaluation length, more than ``L_0``.
-        lag: the task's lag, less than ``L_0``.
-        batch_size: sequences per step.
-        lr: peak learning rate.
-        warmup_steps: linear warm-up steps.
-        num_sequences: evaluation sequences.
-        progress: print the mean loss while training.
+        net: a :class:`~companion.model.TinyTransformer` with RoPE (or p-RoPE) layers.
+        input_ids: token ids, ``(B, L)``.
+        layer: which RoPE layer, counted as a Python index (``-1``: the last).
 
     Returns:
-        A :class:`PositionComparison`.
+        ``(2, P, B, H, L, L)`` float64: index 0 the cosine parts
+        :math:`a\cos(d\theta_i)/\sqrt{D}`, index 1 the sine parts
+        :math:`-b\sin(d\theta_i)/\sqrt{D}`, for each of the :math:`P = D/2` pairs;
+        entries above the diagonal (keys the causal mask hides) included.
     """
-    if isinstance(schemes, str) or not isinstance(schemes, Sequence) or not schemes:
-        raise _validate._fail(
-            TypeError, "schemes", "a non-empty sequence of names", schemes
-        )
-    options = (*COMPARISON_SCHEMES, "sinusoidal", "learned")
-    schemes = tuple(
-        _validate.choice(f"schemes[{i}]", s, options) for i, s in enumerate(schemes)
-    )
-    if len(set(schemes)) != len(schemes):
-        raise ValueError(f"schemes must not repeat a name, got {schemes}")
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
-        raise _validate._fail(TypeError, "seeds", "a non-empty sequence of ints", seeds)
-    seeds = tuple(
-        _validate.integer(f"seeds[{i}]", s, minimum=0) for i, s in enumerate(seeds)
-    )
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must not repeat, got {seeds}")
-    if config is None:
-        config = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
-    _validate.instance("config", config, ModelConfig, "a ModelConfig")
-    training_length = _validate.positive_int("training_length", training_length)
-    eval_length = _validate.positive_int("eval_length", eval_length)
-    if eval_length <= training_length:
+    _validate.module("net", net, TinyTransformer)
+    layers = [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
+    if not layers or any(
+        type(m) not in (RotarySelfAttention, PRoPESelfAttention) for m in layers
+    ):
+        kinds = sorted({type(m).__name__ for m in layers})
         raise ValueError(
-            f"eval_length must be more than training_length={training_length}, got "
-            f"{eval_length}"
+            f"net must use RoPE or p-RoPE attention in every layer, got {kinds}"
         )
-    config = dataclasses.replace(config, max_len=max(config.max_len, eval_length))
-    if isinstance(steps, dict):
-        missing = [s for s in schemes if s not in steps]
-        if missing:
-            raise ValueError(
-                f"steps must give every scheme its steps, missing {missing}"
-            )
-        budget = {
-            s: tuple(
-                _validate.positive_int(f"steps[{s!r}]", n)
-                for n in (steps[s] if isinstance(steps[s], tuple) else (steps[s],))
-            )
-            for s in schemes
-        }
-    else:
-        budget = dict.fromkeys(schemes, (_validate.positive_int("steps", steps),))
-    losses: dict[str, Tensor] = {}
-    accuracy: dict[str, Tensor] = {}
-    models: dict[str, list[TinyTransformer]] = {}
-    shorter: dict[tuple[str, int], Tensor] = {}
-    for scheme in schemes:
-        jobs = [(n, seed) for n in sorted(budget[scheme]) for seed in seeds]
-        nets = []
-        for _, seed in jobs:
-            torch.manual_seed(seed)
-            nets.append(position_family_model(scheme, config))
-        if progress:
-            print(f"{scheme}: seeds {seeds}, {budget[scheme]} steps")
-        runs = train_batched(
-            nets,
-            seeds=[seed for _, seed in jobs],
-            steps=[n for n, _ in jobs],
-            batch_size=batch_size,
-            length=training_length,
-            lag=lag,
-            lr=lr,
-            warmup_steps=warmup_steps,
-            schedule="cosine",
-            progress=progress,
-        )
-        acc = [
-            position_accuracy(
-                net, length=eval_length, lag=lag, num_sequences=num_sequences
-            )
-            for net in nets
-        ]
-        last = len(jobs) - len(seeds)  # the largest budget: the last len(seeds) jobs
-        losses[scheme] = torch.tensor(
-            [r.losses for r in runs[last:]], dtype=torch.float64
-        )
-        accuracy[scheme] = torch.stack(acc[last:])
-        models[scheme] = nets[last:]
-        for k, n in enumerate(sorted(budget[scheme])[:-1]):
-            shorter[scheme, n] = torch.stack(acc[k * len(seeds) : (k + 1) * len(seeds)])
-    return PositionComparison(
-        schemes, seeds, training_length, lag, losses, accuracy, models, shorter
+    layer = _validate.integer(
+        "layer", layer, minimum=-len(layers), maximum=len(layers) - 1
     )
+    _validate.tensor("input_ids", input_ids, dtype="integer", ndim=2, meaning="(B, L)")
+    m = layers[layer]
+    captured: list[Tensor] = []
+    hook = m.register_forward_pre_hook(lambda _, a: captured.append(a[0]))
+    try:
+        with torch.no_grad():
+            net(input_ids)
+    finally:
+        hook.remove()
+    x = captured[0]  # (B, L, D) the layer's input
+    with torch.no_grad():
+        q, k = m._split(m.q_proj(x)).double(), m._split(m.k_proj(x)).double()
+    half = q.shape[-1] // 2
+    z_q = torch.complex(q[..., :half], q[..., half:])  # (B, H, L, P)
+    z_k = torch.complex(k[..., :half], k[..., half:])  # (B, H, S, P)
+    ab = z_q[..., :, None, :] * z_k[..., None, :, :].conj()  # (B, H, L, S, P)
+    L = q.shape[-2]
+    d = (torch.arange(L)[:, None] - torch.arange(L)).to(ab.device, torch.float64)
+    angle = d[..., None] * m.rope_frequencies.to(ab.device, torch.float64)  # (L, S, P)
+    scale = q.shape[-1] ** -0.5
+    parts = torch.stack([ab.real * angle.cos(), -ab.imag * angle.sin()]) * scale
+    return parts.movedim(-1, 1)  # (2, P, B, H, L, S)
+
+
+_MOVED = ("PositionComparison", "compare_position_schemes")  # to companion.experiments
+
+
+def __getattr__(name: str) -> object:
+    """Deprecated aliases: the trained comparison moved to :mod:`companion.experiments`
+    (the book's one home for training); imported on first use, so importing this module
+    does not import that one."""
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"companion.relative.{name} moved to companion.experiments.{name}; the "
+            "alias goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("companion.experiments"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -787,15 +787,6 @@ COMPARISON_BAD_INPUTS = [
         r"^progress must be",
     ),
     (
-        "compare_position_schemes",
-        lambda: E.compare_position_schemes(
-            ("rope",),
-            **{**_SMALL_COMPARISON, "config": ModelConfig(8, dim=6, num_heads=2)},
-        ),
-        ValueError,
-        r"^dim / num_heads must be even for RoPE",
-    ),
-    (
         "PositionComparison",
         lambda: _COMPARISON.band("t5", 0, 4),
         ValueError,

@@ -25,7 +25,6 @@ from companion.model import (
     TinyTransformer,
 )
 from companion.relative import (
-    PositionComparison,
     PositionFamilyTransformer,
     PRoPESelfAttention,
     ShawSelfAttention,
@@ -34,7 +33,6 @@ from companion.relative import (
     TransformerXLSelfAttention,
     axial_rope_cos_sin,
     axial_rope_frequencies,
-    compare_position_schemes,
     critical_dimension,
     grid_positions,
     longrope_attention_factor,
@@ -48,6 +46,7 @@ from companion.relative import (
     relative_positions,
     rope_base_lower_bound,
     rope_decay_sum,
+    rope_pair_scores,
     shaw_attention,
     shaw_relative_index,
     shaw_scores,
@@ -59,9 +58,7 @@ from companion.relative import (
 from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
 
 _TINY = ModelConfig(vocab_size=8, dim=16, num_heads=2, num_layers=1)
-_COMPARISON = PositionComparison(
-    ("none",), (0,), 4, 1, {"none": torch.zeros(1, 3)}, {"none": torch.ones(1, 8)}, {}
-)
+_IDS = torch.randint(8, (2, 5), generator=torch.Generator().manual_seed(0))
 
 transformers = pytest.importorskip("transformers")
 with warnings.catch_warnings():
@@ -1208,34 +1205,29 @@ BAD_INPUTS = [
         r"^options are for this module's attention layers only",
     ),
     (
-        "compare_position_schemes",
-        lambda: compare_position_schemes(("rope", "rope")),
+        "rope_pair_scores",
+        lambda: rope_pair_scores(position_family_model("t5", _TINY), _IDS),
         ValueError,
-        r"^schemes must not repeat a name",
+        r"^net must use RoPE or p-RoPE attention in every layer, got "
+        r"\['T5BiasSelfAttention'\]",
     ),
     (
-        "compare_position_schemes",
-        lambda: compare_position_schemes("rope"),
+        "rope_pair_scores",
+        lambda: rope_pair_scores(position_family_model("rope", _TINY), _IDS, layer=1),
+        ValueError,
+        r"^layer must be",
+    ),
+    (
+        "rope_pair_scores",
+        lambda: rope_pair_scores(position_family_model("rope", _TINY), _IDS.float()),
         TypeError,
-        r"^schemes must be a non-empty sequence of names",
+        r"^input_ids must",
     ),
     (
-        "compare_position_schemes",
-        lambda: compare_position_schemes(seeds=(0, 0)),
-        ValueError,
-        r"^seeds must not repeat",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: compare_position_schemes(training_length=16, eval_length=16),
-        ValueError,
-        r"^eval_length must be more than training_length=16",
-    ),
-    (
-        "PositionComparison.band",
-        lambda: _COMPARISON.band("t5", 0, 4),
-        ValueError,
-        r"^scheme must be one of",
+        "rope_pair_scores",
+        lambda: rope_pair_scores(torch.nn.Linear(2, 2), _IDS),
+        TypeError,
+        r"^net must be",
     ),
 ]
 
@@ -1310,56 +1302,83 @@ def test_position_family_model_builds_each_layer(scheme) -> None:
     assert position_family_model("alibi", _TINY).config.position == "alibi"
 
 
-_SMALL_COMPARISON = {
-    "seeds": (0, 1),
-    "steps": 3,
-    "config": _TINY,
-    "training_length": 6,
-    "eval_length": 10,
-    "lag": 2,
-    "batch_size": 4,
-    "num_sequences": 8,
-}
+def _double(t):
+    return None if t is None else t.double()
 
 
-def test_compare_position_schemes_small() -> None:
-    result = compare_position_schemes(("none", "shaw"), **_SMALL_COMPARISON)
-    assert result.schemes == ("none", "shaw") and result.seeds == (0, 1)
-    assert result.losses["shaw"].shape == (2, 3)
-    assert result.accuracy["none"].shape == (2, 10)
-    assert result.inside("shaw").shape == (2,)
-    expected = result.accuracy["shaw"][:, 6:].mean(dim=1)
-    assert torch.equal(result.beyond("shaw"), expected)
-    assert result.table().count("\n") == 3
-    # the same seeds give the same run, whichever schemes train beside it
-    again = compare_position_schemes(("shaw",), **_SMALL_COMPARISON)
-    assert torch.equal(again.losses["shaw"], result.losses["shaw"])
+@pytest.mark.parametrize("scheme", ["rope", "p_rope"])
+def test_rope_pair_scores_add_up_to_the_layers_scores(scheme) -> None:
+    """Oracle: summed over both parts and every pair, the split is the layer's score
+    (companion.modern.attention_maps, computed from the rotated q and k) on and below
+    the diagonal; each part from the formula a cos(d theta) - b sin(d theta), written
+    out for one query, key and pair in float64."""
+    from companion.modern import attention_maps
+
+    config = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2, max_len=40)
+    torch.manual_seed(3)
+    net = position_family_model(scheme, config)
+    ids = torch.randint(16, (3, 40), generator=torch.Generator().manual_seed(4))
+    parts = rope_pair_scores(net, ids)  # (2, P, B, H, L, L)
+    assert parts.shape == (2, 4, 3, 4, 40, 40) and parts.dtype == F64
+    for layer in (0, -1):
+        split = rope_pair_scores(net, ids, layer=layer).sum(dim=(0, 1))
+        whole = attention_maps(net, ids, scores=True)[layer].double()
+        below = torch.ones(40, 40, dtype=torch.bool).tril()
+        torch.testing.assert_close(
+            split[..., below], whole[..., below], atol=2e-6, rtol=0
+        )
+    # one entry by hand: last layer, sequence 1, head 2, query 30, key 5, pair 1
+    last = [m for m in net.modules() if isinstance(m, RotarySelfAttention)][-1]
+    inputs = []
+    hook = last.register_forward_pre_hook(lambda _, args: inputs.append(args[0]))
+    with torch.no_grad():
+        net(ids)
+    hook.remove()
+    x = inputs[0].double()
+    with torch.no_grad():
+        q = torch.nn.functional.linear(
+            x, last.q_proj.weight.double(), _double(last.q_proj.bias)
+        )
+        k = torch.nn.functional.linear(
+            x, last.k_proj.weight.double(), _double(last.k_proj.bias)
+        )
+    head, dh = 2, 8
+    qh, kh = q[1, 30, head * dh : (head + 1) * dh], k[1, 5, head * dh : (head + 1) * dh]
+    a = qh[1] * kh[1] + qh[5] * kh[5]  # Re(z_q conj z_k), pair 1 = entries (1, 5)
+    b = qh[5] * kh[1] - qh[1] * kh[5]  # Im(z_q conj z_k)
+    angle = 25 * float(last.rope_frequencies[1])  # d = 30 - 5
+    cos_part = (a * math.cos(angle) / math.sqrt(dh)).item()
+    sin_part = (-b * math.sin(angle) / math.sqrt(dh)).item()
+    assert parts[0, 1, 1, head, 30, 5].item() == pytest.approx(cos_part, abs=1e-6)
+    assert parts[1, 1, 1, head, 30, 5].item() == pytest.approx(sin_part, abs=1e-6)
+    assert abs(sin_part) > 1e-3 and abs(cos_part) > 1e-3  # both parts tested
+    if scheme == "p_rope":  # the stopped pairs have no sine part
+        assert parts[1, 2:].abs().max() == 0
 
 
-def test_compare_position_schemes_several_budgets() -> None:
-    kwargs = {k: v for k, v in _SMALL_COMPARISON.items() if k != "steps"}
-    both = compare_position_schemes(("alibi",), steps={"alibi": (2, 4)}, **kwargs)
-    short = compare_position_schemes(("alibi",), steps=2, **kwargs)
-    long = compare_position_schemes(("alibi",), steps=4, **kwargs)
-    assert both.losses["alibi"].shape == (2, 4)
-    torch.testing.assert_close(
-        both.accuracy["alibi"], long.accuracy["alibi"], equal_nan=True, rtol=0, atol=0
+def test_the_comparison_moved_to_experiments_with_a_deprecated_alias() -> None:
+    """relative.compare_position_schemes and PositionComparison still work for one
+    release, warn, and are companion.experiments' own; importing companion.relative
+    does not import companion.experiments (no cycle at import time)."""
+    import subprocess
+    import sys
+
+    from companion import experiments, relative
+
+    for name in ("compare_position_schemes", "PositionComparison"):
+        with pytest.warns(DeprecationWarning, match=rf"companion.experiments.{name}"):
+            alias = getattr(relative, name)
+        assert alias is getattr(experiments, name)
+        assert name not in relative.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        relative.no_such_name  # noqa: B018
+    code = (
+        "import sys, companion.relative; print('companion.experiments' in sys.modules)"
     )
-    torch.testing.assert_close(
-        both.shorter["alibi", 2],
-        short.accuracy["alibi"],
-        equal_nan=True,
-        rtol=0,
-        atol=0,
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
-    assert torch.allclose(both.losses["alibi"], long.losses["alibi"], atol=1e-6)
-    # the shorter budget is a run of its own, not the longer run stopped early
-    lag = kwargs["lag"]  # positions t < lag are nan
-    assert not torch.equal(
-        both.shorter["alibi", 2][:, lag:], long.accuracy["alibi"][:, lag:]
-    )
-    with pytest.raises(ValueError, match=r"^steps must give every scheme its steps"):
-        compare_position_schemes(("alibi", "none"), steps={"alibi": 2}, **kwargs)
+    assert out.stdout.strip() == "False"
 
 
 def test_seed_bands_without_x_draws_a_moving_mean_at_its_last_step() -> None:
