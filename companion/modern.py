@@ -110,9 +110,10 @@ class QKNormSelfAttention(RotarySelfAttention):
     applied to ``q`` and ``k`` after the head split and *before* RoPE, then
     :class:`~companion.model.RotarySelfAttention`'s step. Only ``attend`` is overridden.
     (OLMo 2 normalizes all heads' queries together, over the whole width ``H * D``,
-    before the split: one head can then hold the whole norm, ``||q_h||^2 <= H D``, and
-    :func:`qk_norm_logit_bound` does not hold per head; the bound there is ``H`` times
-    larger.)
+    and all keys over ``H_kv * D``, before the split: one head can then hold the whole
+    norm, ``||q_h||^2 <= H D`` and ``||k_h||^2 <= H_kv D``, and
+    :func:`qk_norm_logit_bound` does not hold per head; the bound there is
+    ``sqrt(H * H_kv)`` times larger, ``H`` times with as many key as query heads.)
 
     Args:
         dim: model width.
@@ -428,12 +429,21 @@ class SinkCache:
     newest query and a sink stays below ``sinks + window``, inside what the model was
     trained on, however long the stream runs.
 
+    :meth:`update` returns the cache *after* eviction: the keys the next query sees.
+    Streaming feeds one token per call, as StreamingLLM does and as chapter 9 does. A
+    chunk of ``L > 1`` tokens is appended whole and then evicted, so the chunk's own
+    earlier queries may need keys that are gone: a 20-token prompt into
+    ``SinkCache(sinks=2, window=6)`` returns the keys of tokens 0, 1, 14, ..., 19, and
+    its queries 2 to 13 cannot see their own keys there. Attend over a long prompt with
+    its full keys and a causal mask first, then hand them to :meth:`update`.
+
     Args:
         sinks: initial tokens kept.
         window: recent tokens kept.
 
     Shape:
-        keys, values: ``(B, H, S, D)``; :meth:`update` takes ``(B, H, L, D)`` new ones.
+        keys, values: ``(B, H, S, D)``; :meth:`update` takes ``(B, H, L, D)`` new ones
+        (``L = 1`` when streaming; see above for ``L > 1``).
     """
 
     def __init__(self, *, sinks: int, window: int) -> None:
@@ -447,7 +457,8 @@ class SinkCache:
         self, key: torch.Tensor, value: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append ``key``/``value`` (not rotated), evict, return the cache's keys and
-        values."""
+        values after the eviction (what the next query sees; one token per call when
+        streaming, see the class's note on chunks)."""
         _validate.tensor("key", key, ndim=4, meaning="(B, H, L, D)")
         _validate.tensor_like(
             "value", value, "key", key, ndim=4, meaning="(B, H, L, D)"

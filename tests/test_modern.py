@@ -322,6 +322,17 @@ def test_sink_cache_rolls_and_reindexes(chunk: int) -> None:
         assert cache.seen == seen
 
 
+def test_sink_cache_chunk_returns_the_cache_after_eviction() -> None:
+    # the documented caveat: a 20-token chunk is evicted before it is returned, so the
+    # keys of tokens 2..13 (which the chunk's own queries 2..13 need) are not there
+    cache = modern.SinkCache(sinks=2, window=6)
+    tokens = torch.arange(20.0).reshape(1, 1, 20, 1)
+    keys, _ = cache.update(tokens, tokens)
+    assert keys.flatten().long().tolist() == [0, 1, *range(14, 20)]
+    assert cache.positions().tolist() == list(range(8))
+    assert "one token per call" in modern.SinkCache.update.__doc__
+
+
 def _cache() -> modern.SinkCache:
     cache = modern.SinkCache(sinks=1, window=2)
     cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))

@@ -21,7 +21,7 @@ from companion.checks._core import (
     checker,
     expect_close,
 )
-from companion.decoder import Port, from_hf
+from companion.decoder import DecoderSpec, Port, from_hf
 
 __all__ = [
     "check_padding_position_ids",
@@ -226,14 +226,16 @@ def _stablelm_port(mistake: str = "") -> Port:
 
     def spec(model: torch.nn.Module) -> dict:
         c = model.config
-        if c.qk_layernorm or c.use_parallel_residual:
-            raise ValueError(
-                "model must not use qk_layernorm or use_parallel_residual: this port "
-                "does not implement them"
-            )
+        for option in ("qk_layernorm", "use_parallel_residual"):
+            if getattr(c, option) and mistake != "ignores " + option:
+                raise ValueError(
+                    f"model must not use {option}: this port does not implement it"
+                )
         head_dim = c.hidden_size // c.num_attention_heads
         rope = dict(c.rope_parameters)
         partial = float(rope.pop("partial_rotary_factor", 1.0))
+        if mistake == "theta":
+            rope = {"rope_type": "default", "rope_theta": 10000.0}
         return dict(
             family="stablelm",
             vocab_size=c.vocab_size,
@@ -245,8 +247,8 @@ def _stablelm_port(mistake: str = "") -> Port:
             intermediate_size=c.intermediate_size,
             positions="rope",
             norm="rms" if mistake == "rms" else "layer",
-            eps=1e-6 if mistake == "eps" else float(c.layer_norm_eps),
-            mlp="gated",
+            eps={"eps": 1e-6, "eps fixed": 1e-5}.get(mistake, float(c.layer_norm_eps)),
+            mlp="plain" if mistake == "plain" else "gated",
             activation="gelu" if mistake == "gelu" else c.hidden_act,
             parallel_residual=False,
             tied_embeddings=bool(c.tie_word_embeddings),
@@ -283,12 +285,58 @@ def _stablelm_port(mistake: str = "") -> Port:
     return Port(spec=spec, load=load, layers="model.layers")
 
 
+# A weight the model has and the learner's copy lacks -> the spec field that makes it.
+_MISSING_HINTS = (
+    (
+        "gate_proj",
+        "StableLM's MLP is gated (mlp='gated'), so the copy needs a gate_proj",
+    ),
+    (
+        "_proj.bias",
+        "the copy's q/k/v projections need biases: qkv_bias from use_qkv_bias",
+    ),
+    ("norm", "StableLM's norms are LayerNorms with a bias (norm='layer')"),
+    ("lm_head", "an untied lm_head: tied_embeddings from tie_word_embeddings"),
+)
+
+
+def _missing_hint(port: Port, model: torch.nn.Module) -> str:
+    """Which weights of the reference copy the learner's copy lacks, in words ('' when
+    none is missing or the learner's spec itself fails)."""
+    from companion.decoder import Decoder
+
+    try:
+        theirs = Decoder(port.spec_type(**port.spec(model)), block=port.block)
+    except Exception:  # the learner's spec may raise anything; the caller reports it
+        return ""
+    ours = Decoder(DecoderSpec(**_stablelm_port().spec(model)))
+    missing = sorted(set(ours.state_dict()) - set(theirs.state_dict()))
+    if not missing:
+        return ""
+    for pattern, why in _MISSING_HINTS:
+        if any(pattern in name for name in missing):
+            return f" - the copy has no {missing[0]}, which the model has: {why}"
+    return f" - the copy has no {missing[0]}, which the model has: check the spec"
+
+
 _STABLELM_CASES = {
     "StableLM defaults (a quarter of each head rotated), 2 layers, GQA": {},
     "q/k/v biases, half of each head rotated, tied embeddings": dict(
         use_qkv_bias=True, partial_rotary_factor=0.5, tie_word_embeddings=True
     ),
+    "layer_norm_eps 1e-2, RoPE base 100, half of each head rotated": dict(
+        layer_norm_eps=1e-2,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 100.0,
+            "partial_rotary_factor": 0.5,
+        },
+    ),
 }
+
+_STABLELM_REFUSED = ("qk_layernorm", "use_parallel_residual")
+"""Options the exercise's port refuses by name: a model with one of them set must make
+``from_hf`` raise a ``ValueError`` that names it."""
 
 _STABLELM_MISTAKES = {
     "full": (
@@ -313,6 +361,16 @@ _STABLELM_MISTAKES = {
     "eps": (
         "norm eps not layer_norm_eps",
         "the LayerNorms use config.layer_norm_eps (1e-5 by default), not 1e-6.",
+    ),
+    "eps fixed": (
+        "norm eps hard-coded",
+        "read eps from config.layer_norm_eps: it is 1e-5 by default, but a config may "
+        "set another value.",
+    ),
+    "theta": (
+        "RoPE base hard-coded",
+        "read the RoPE base from config.rope_parameters['rope_theta'] (10000 by "
+        "default, but a config may set another): pass the other entries as rope.",
     ),
     "gelu": (
         "GELU instead of hidden_act",
@@ -350,20 +408,25 @@ def check_stablelm_port(stablelm_port: object) -> CheckResult:
     r"""Check ``stablelm_port() -> Port``: a :class:`companion.decoder.Port` for
     Hugging Face's ``StableLmForCausalLM``.
 
-    On two small random StableLM models (transformers' defaults: a quarter of each head
-    rotated, LayerNorm with biases, a gated SiLU MLP, grouped-query attention; then with
-    q/k/v biases, half of each head rotated and tied embeddings), every weight perturbed
-    so that each one matters, ``from_hf(model, port=stablelm_port())`` must give Hugging
-    Face's logits within ``1e-4``. Named mistakes: "RoPE on the whole head", "RMSNorm
-    instead of LayerNorm", "LayerNorm biases not copied", "score scale 1/D", "norm eps
-    not layer_norm_eps", "GELU instead of hidden_act"; a load that copies into a bias
-    the copy lacks is pointed at the spec's bias fields.
+    On three small random StableLM models (transformers' defaults: a quarter of each
+    head rotated, LayerNorm with biases, a gated SiLU MLP, grouped-query attention; then
+    with q/k/v biases, half of each head rotated and tied embeddings; then with
+    ``layer_norm_eps = 1e-2`` and a RoPE base of 100, so that values hard-coded from the
+    defaults fail), every weight perturbed so that each one matters,
+    ``from_hf(model, port=stablelm_port())`` must give Hugging Face's logits within
+    ``1e-4``; and on a model with ``qk_layernorm`` and one with
+    ``use_parallel_residual``, ``from_hf`` must raise a ``ValueError`` naming the
+    option. Named mistakes: "RoPE on the whole head", "RMSNorm instead of LayerNorm",
+    "LayerNorm biases not copied", "score scale 1/D", "norm eps not layer_norm_eps",
+    "norm eps hard-coded", "RoPE base hard-coded", "GELU instead of hidden_act"; a load
+    that copies into a weight the copy lacks (a bias, ``gate_proj``) is told which one
+    and which spec field makes it.
 
     Args:
         stablelm_port: a function of no arguments returning the port.
 
     Returns:
-        A ``CheckResult``, true after printing "✓ ..." when both cases pass; false, after
+        A ``CheckResult``, true after printing "✓ ..." when all five cases pass; false, after
         printing "not attempted yet", for the exercise's stub.
 
     Raises:
@@ -392,8 +455,7 @@ def check_stablelm_port(stablelm_port: object) -> CheckResult:
                 copy = from_hf(model, port=port)
             except Exception as exc:  # the learner's spec or load may raise anything
                 hint = (
-                    " - the copy lacks a weight or bias that the model has: compare "
-                    "the spec's bias fields (qkv_bias from use_qkv_bias) with the config"
+                    _missing_hint(port, model)
                     if isinstance(exc, AttributeError) and "NoneType" in str(exc)
                     else ""
                 )
@@ -420,6 +482,39 @@ def check_stablelm_port(stablelm_port: object) -> CheckResult:
                 rtol=1e-4,
                 mistakes=mistakes,
             )
+            count += 1
+        for seed, option in enumerate(_STABLELM_REFUSED, start=len(_STABLELM_CASES)):
+            model = _stablelm_model(seed, **{option: True})
+            shown = f"StableLmForCausalLM({option}=True)"
+            port = call(stablelm_port, check, {})
+            prop = f"refuses {option} by name"
+            try:
+                from_hf(model, port=port)
+            except ValueError as exc:
+                if option not in str(exc):
+                    raise CheckError(
+                        check,
+                        prop,
+                        shown,
+                        f"the ValueError must name {option}, so that the user knows "
+                        f"which option the copy lacks; it says: {exc}",
+                    ) from exc
+            except Exception as exc:  # the learner's spec or load may raise anything
+                raise CheckError(
+                    check,
+                    prop,
+                    shown,
+                    f"spec must raise a ValueError naming {option} before anything is "
+                    f"copied; from_hf raised {type(exc).__name__}: {exc}",
+                ) from exc
+            else:
+                raise CheckError(
+                    check,
+                    prop,
+                    shown,
+                    f"the port copied a model with {option}=True, which the copy does "
+                    f"not implement: spec must raise a ValueError naming {option}.",
+                )
             count += 1
     except NotAttempted:
         print(NOT_ATTEMPTED.format(check=check))

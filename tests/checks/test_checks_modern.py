@@ -176,6 +176,8 @@ def test_stablelm_port_accepts_the_reference() -> None:
         ("bias", "LayerNorm biases not copied"),
         ("scale", "score scale 1/D"),
         ("eps", "norm eps not layer_norm_eps"),
+        ("eps fixed", "norm eps hard-coded"),
+        ("theta", "RoPE base hard-coded"),
         ("gelu", "GELU instead of hidden_act"),
     ],
 )
@@ -229,3 +231,67 @@ def test_stablelm_port_without_qkv_bias_is_pointed_at_the_spec() -> None:
 
     with pytest.raises(CheckError, match=r"qkv_bias from use_qkv_bias"):
         checks.check_stablelm_port(no_bias)
+
+
+def test_stablelm_port_without_a_gated_mlp_is_told_gate_proj_not_qkv_bias() -> None:
+    with pytest.raises(CheckError) as info:
+        checks.check_stablelm_port(lambda: checks._stablelm_port("plain"))
+    message = str(info.value)
+    assert "no blocks.0.gate_proj.weight" in message and "mlp='gated'" in message
+    assert "qkv_bias" not in message
+
+
+@pytest.mark.parametrize("option", ["qk_layernorm", "use_parallel_residual"])
+def test_stablelm_port_that_ignores_an_option_it_cannot_copy_fails(option) -> None:
+    # the reference refuses each by name (the check passes above); a port that ignores
+    # the option is caught, whether from_hf then builds a copy or crashes in load
+    with pytest.raises(CheckError, match=f"refuses {option} by name") as info:
+        checks.check_stablelm_port(lambda: checks._stablelm_port("ignores " + option))
+    assert f"ValueError naming {option}" in str(info.value)
+
+
+def test_stablelm_port_that_refuses_without_naming_the_option_fails() -> None:
+    def vague():
+        port = checks._stablelm_port()
+
+        def spec(model):
+            if model.config.qk_layernorm or model.config.use_parallel_residual:
+                raise ValueError("unsupported model")
+            return port.spec(model)
+
+        return type(port)(spec=spec, load=port.load, layers=port.layers)
+
+    with pytest.raises(CheckError, match="the ValueError must name qk_layernorm"):
+        checks.check_stablelm_port(vague)
+
+
+def test_stablelm_refusal_cases_would_not_copy_silently() -> None:
+    # the refusal cases can fail: a port ignoring qk_layernorm builds a copy that runs
+    # and differs from Hugging Face (its q/k norms are dropped), so refusing is the one
+    # right answer; ignoring use_parallel_residual crashes in load
+    from companion.decoder import from_hf
+
+    model = checks._stablelm_model(0, qk_layernorm=True)
+    ids = torch.randint(50, (1, 9), generator=torch.Generator().manual_seed(7))
+    copy = from_hf(model, port=checks._stablelm_port("ignores qk_layernorm"))
+    with torch.no_grad():
+        assert (copy(ids) - model(ids).logits).abs().max() > 1e-2
+    with pytest.raises(ValueError, match="qk_layernorm"):
+        from_hf(model, port=checks._stablelm_port())
+
+
+def test_stablelm_third_case_catches_values_hard_coded_from_the_defaults() -> None:
+    # layer_norm_eps 1e-2 and base 100 move the logits far past the tolerance 1e-4
+    from companion.decoder import from_hf
+
+    overrides = checks._STABLELM_CASES[list(checks._STABLELM_CASES)[2]]
+    model = checks._stablelm_model(2, **overrides)
+    ids = torch.randint(50, (2, 9), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        want = model(ids).logits
+        assert (
+            from_hf(model, port=checks._stablelm_port())(ids) - want
+        ).abs().max() < 1e-4
+        for mistake in ("eps fixed", "theta"):
+            got = from_hf(model, port=checks._stablelm_port(mistake))(ids)
+            assert (got - want).abs().max() > 1e-3, mistake
