@@ -900,6 +900,274 @@ def compare_position_schemes(
     )
 
 
+# ---- The modern layer's experiments (chapter 9) -------------------------------------------
+#
+# Chapter 9 trains the tiny RoPE model of chapter 5 with plain attention, QK-norm and
+# soft-capping, at a learning rate where the plain model fails, and reads the trained
+# models' attention (the stability runs and the sink measurement). The chapter and
+# tests/test_modern_claims.py call these functions, so the claims the harness checks are
+# the chapter's own.
+
+__all__ += [
+    "MODERN_SIZES",
+    "MODERN_TASK",
+    "STABILITY_RUNS",
+    "StabilityMeasures",
+    "first_token_mass",
+    "measure_stability",
+    "modern_probe",
+    "stability_runs",
+    "uniform_first_token_share",
+]
+
+MODERN_SIZES = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
+"""Chapter 9's tiny model: width 32, four heads of width 8, two layers, RoPE."""
+
+MODERN_TASK: dict[str, int] = {"batch_size": 32, "length": 16, "lag": 2}
+"""Chapter 9's lag task: 32 sequences of 16 tokens a step, output the token two back."""
+
+STABILITY_RUNS: dict[str, tuple[str, float]] = {
+    "plain, lr 0.03": ("rope", 0.03),
+    "plain, lr 0.3": ("rope", 0.3),
+    "QK-norm, lr 0.3": ("qk_norm", 0.3),
+    "soft-cap 5, lr 0.3": ("softcap", 0.3),
+}
+"""Chapter 9's stability runs: label -> (attention of
+:class:`~companion.modern.ModernTinyTransformer`, AdamW learning rate)."""
+
+
+def stability_runs(
+    seed_list: Sequence[int],
+    *,
+    steps: int = 200,
+    cap: float = 5.0,
+    labels: Sequence[str] | None = None,
+) -> dict[str, SeedRuns]:
+    """Chapter 9's stability runs: each of :data:`STABILITY_RUNS` over ``seed_list``.
+
+    Equivalent to the following, for each label::
+
+        run_seeds(lambda: ModernTinyTransformer(MODERN_SIZES, attention=kind, cap=cap),
+                  seed_list, steps=steps, lr=lr, **MODERN_TASK)
+
+    AdamW without weight decay at a constant learning rate, no warm-up (:func:`train`).
+
+    Args:
+        seed_list: the seeds (e.g. ``seeds(6)``).
+        steps: optimization steps of every run.
+        cap: the soft-cap of the ``"softcap"`` runs.
+        labels: which of :data:`STABILITY_RUNS` to run (``None``: all, in order).
+
+    Returns:
+        label -> :class:`SeedRuns`.
+    """
+    from companion.modern import ModernTinyTransformer  # modern imports model, as here
+
+    steps = _validate.positive_int("steps", steps)
+    cap = _validate.positive_real("cap", cap)
+    if labels is None:
+        labels = tuple(STABILITY_RUNS)
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+        raise _validate._fail(TypeError, "labels", "a sequence of run labels", labels)
+    chosen = [_validate.choice("labels", label, STABILITY_RUNS) for label in labels]
+    runs = {}
+    for label in chosen:
+        kind, lr = STABILITY_RUNS[label]
+        runs[label] = run_seeds(
+            lambda kind=kind: ModernTinyTransformer(
+                MODERN_SIZES, attention=kind, cap=cap
+            ),
+            seed_list,
+            steps=steps,
+            lr=lr,
+            **MODERN_TASK,
+        )
+    return runs
+
+
+def modern_probe(num_sequences: int = 64) -> torch.Tensor:
+    """The batch on which chapter 9 reads trained models' attention: ``num_sequences`` of
+    :data:`MODERN_TASK`'s length from :func:`~companion.model.lag_task`, generator seed
+    1234 (no training seed), the same under every variant.
+
+    Shape:
+        output: ``(num_sequences, 16)`` token ids.
+    """
+    num_sequences = _validate.positive_int("num_sequences", num_sequences)
+    generator = torch.Generator().manual_seed(1234)
+    return lag_task(
+        num_sequences,
+        MODERN_TASK["length"],
+        lag=MODERN_TASK["lag"],
+        vocab_size=MODERN_SIZES.vocab_size,
+        generator=generator,
+    )[0]
+
+
+@dataclass
+class StabilityMeasures:
+    """What :func:`measure_stability` reads from one configuration's trained models,
+    one entry per seed (``(seeds,)``) or per seed and layer (``(seeds, layers)``).
+
+    Attributes:
+        final: mean training loss over the last 20 steps, ``(seeds,)``.
+        accuracy: :func:`~companion.model.accuracy` on the lag task, ``(seeds,)``.
+        largest_logit: the largest ``|score|`` the attention sees (scaled by
+            ``1/sqrt(D)``, after the cap where there is one) on the probe, ``(seeds,)``.
+        raw_logit: the same before the cap (the soft-capped model's weights run without
+            it); equal to ``largest_logit`` where there is no cap, ``(seeds,)``.
+        saturated: the fraction of the causal scores within 1% of the cap, ``(seeds,)``;
+            NaN without a cap.
+        zero_slope: the fraction of the causal scores where the cap's slope
+            ``1 - tanh^2(s / cap)`` is exactly zero in the model's dtype (``tanh``
+            rounded to ``+-1``: no gradient passes), ``(seeds,)``; NaN without a cap.
+        bound: :func:`~companion.modern.qk_norm_logit_bound` of each layer's trained
+            gains, ``(seeds, layers)``; NaN without QK-norm.
+        layer_logit: the largest ``|score|`` of each layer, ``(seeds, layers)``.
+        gain: the largest ``|gain|`` of each layer's query and key norms,
+            ``(seeds, layers)``; NaN without QK-norm.
+    """
+
+    final: torch.Tensor
+    accuracy: torch.Tensor
+    largest_logit: torch.Tensor
+    raw_logit: torch.Tensor
+    saturated: torch.Tensor
+    zero_slope: torch.Tensor
+    bound: torch.Tensor
+    layer_logit: torch.Tensor
+    gain: torch.Tensor
+
+    def __post_init__(self) -> None:
+        for name in self.__dataclass_fields__:
+            _validate.tensor(name, getattr(self, name), min_ndim=1, max_ndim=2)
+        seeds = self.final.shape[0]
+        for name in self.__dataclass_fields__:
+            _validate.size(name, getattr(self, name), 0, seeds, "one per seed")
+
+
+@torch.no_grad()
+def measure_stability(
+    runs: SeedRuns, probe: torch.Tensor | None = None
+) -> StabilityMeasures:
+    """Read the final loss, accuracy, logits, QK-norm bounds and saturation of the
+    trained models of one of :func:`stability_runs`' configurations.
+
+    Args:
+        runs: one configuration's :class:`SeedRuns`.
+        probe: token ids to read the attention on (``None``: :func:`modern_probe`).
+
+    Returns:
+        A :class:`StabilityMeasures`.
+    """
+    from companion.model import accuracy
+    from companion.modern import (
+        ModernTinyTransformer,
+        QKNormSelfAttention,
+        SoftcapSelfAttention,
+        attention_maps,
+        qk_norm_logit_bound,
+    )
+
+    _validate.instance("runs", runs, SeedRuns, "a SeedRuns")
+    probe = modern_probe() if probe is None else probe
+    _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
+    nan = float("nan")
+    rows: dict[str, list] = {k: [] for k in StabilityMeasures.__dataclass_fields__}
+    for net, curve in zip(runs.models, runs.losses, strict=True):
+        _validate.module("runs.models[i]", net, ModernTinyTransformer)
+        device = next(net.parameters()).device
+        ids = probe.to(device)
+        scores = attention_maps(net, ids, scores=True)  # (layers, B, H, L, L)
+        finite = [s[s.isfinite()].abs() for s in scores]  # per layer
+        layers = [m for m in net.modules() if isinstance(m, SoftcapSelfAttention)]
+        if layers:  # the same weights without the cap
+            plain = ModernTinyTransformer(net.config, attention="rope").to(device)
+            plain.load_state_dict(net.state_dict())
+            raw = attention_maps(plain, ids, scores=True)
+            raw_top = raw[raw.isfinite()].abs().max().item()
+            cap = layers[0].cap
+            saturated = torch.cat(finite).gt(0.99 * cap).double().mean().item()
+            tanh = torch.tanh(raw[raw.isfinite()] / cap)  # as softcap computes it
+            zero_slope = (1 - tanh * tanh).eq(0).double().mean().item()
+        else:
+            raw_top = torch.cat(finite).max().item()
+            saturated = zero_slope = nan
+        qk = [m for m in net.modules() if isinstance(m, QKNormSelfAttention)]
+        rows["bound"].append(
+            [qk_norm_logit_bound(m.q_norm.weight, m.k_norm.weight) for m in qk]
+            or [nan] * len(finite)
+        )
+        rows["gain"].append(
+            [
+                torch.cat([m.q_norm.weight, m.k_norm.weight]).abs().max().item()
+                for m in qk
+            ]
+            or [nan] * len(finite)
+        )
+        rows["final"].append(sum(curve[-20:]) / len(curve[-20:]))
+        rows["accuracy"].append(
+            accuracy(net, length=MODERN_TASK["length"], lag=MODERN_TASK["lag"])
+        )
+        rows["largest_logit"].append(torch.cat(finite).max().item())
+        rows["raw_logit"].append(raw_top)
+        rows["saturated"].append(saturated)
+        rows["zero_slope"].append(zero_slope)
+        rows["layer_logit"].append([f.max().item() for f in finite])
+    return StabilityMeasures(
+        **{k: torch.tensor(v, dtype=torch.float64) for k, v in rows.items()}
+    )
+
+
+def uniform_first_token_share(length: int = 16, *, start: int = 4) -> float:
+    r"""The weight an even spread puts on the first token, averaged over queries
+    ``t = start .. length - 1``: the mean of :math:`1/(t + 1)`."""
+    length = _validate.positive_int("length", length)
+    start = _validate.nonnegative_int("start", start)
+    if start >= length:
+        raise ValueError(f"start must be less than length ({length}), got {start}")
+    return (1 / (torch.arange(start, length, dtype=torch.float64) + 1)).mean().item()
+
+
+@torch.no_grad()
+def first_token_mass(
+    models: Sequence[nn.Module], probe: torch.Tensor | None = None, *, start: int = 4
+) -> torch.Tensor:
+    """The attention weight trained tiny models put on the first token (a sink's
+    signature): for each model, layer and head, averaged over the probe's sequences and
+    its queries at ``t >= start``.
+
+    Args:
+        models: trained :class:`~companion.model.TinyTransformer` s (e.g. a
+            :class:`SeedRuns`' ``models``).
+        probe: token ids (``None``: :func:`modern_probe`).
+        start: the first query counted (the first queries have few keys to choose from).
+
+    Returns:
+        float64 ``(models, layers, heads)``; compare with
+        :func:`uniform_first_token_share`.
+    """
+    from companion.modern import attention_maps
+
+    if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
+        raise _validate._fail(
+            TypeError, "models", "a non-empty sequence of trained models", models
+        )
+    probe = modern_probe() if probe is None else probe
+    _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
+    start = _validate.nonnegative_int("start", start)
+    if start >= probe.shape[1]:
+        raise ValueError(
+            f"start must be less than the probe's length ({probe.shape[1]}), got {start}"
+        )
+    mass = []
+    for i, net in enumerate(models):
+        _validate.module(f"models[{i}]", net, TinyTransformer)
+        maps = attention_maps(net, probe)  # (layers, B, H, L, L)
+        mass.append(maps[..., start:, 0].mean(dim=(1, 3)).double())  # (layers, H)
+    return torch.stack(mass)
+
+
 # ---- The capstone's experiments (chapter 7) ----------------------------------------------
 
 __all__ += [

@@ -1195,3 +1195,191 @@ def test_capstone_bad_input_raises_a_named_error(
 ) -> None:
     with pytest.raises(error, match=match):
         thunk()  # type: ignore[operator]
+
+
+# ---- The modern layer's experiments (chapter 9) --------------------------------------
+
+
+def test_stability_runs_are_run_seeds_of_the_chapters_configurations() -> None:
+    from companion import modern
+
+    runs = E.stability_runs((3,), steps=2, labels=["QK-norm, lr 0.3"])
+    assert list(runs) == ["QK-norm, lr 0.3"]
+    (net,) = runs["QK-norm, lr 0.3"].models
+    assert isinstance(net, modern.ModernTinyTransformer)
+    assert net.attention_kind == "qk_norm" and net.config == E.MODERN_SIZES
+    # the same as run_seeds with the chapter's task and rate, bit for bit
+    direct = E.run_seeds(
+        lambda: modern.ModernTinyTransformer(E.MODERN_SIZES, attention="qk_norm"),
+        (3,),
+        steps=2,
+        lr=0.3,
+        **E.MODERN_TASK,
+    )
+    assert runs["QK-norm, lr 0.3"].losses == direct.losses
+    all_runs = E.stability_runs((0,), steps=1)
+    assert list(all_runs) == list(E.STABILITY_RUNS)
+
+
+def test_measure_stability_against_the_attention_it_reads() -> None:
+    from companion import model as M
+    from companion import modern
+
+    runs = E.stability_runs((0, 1), steps=3)
+    probe = E.modern_probe(8)
+    assert probe.shape == (8, 16)
+    assert torch.equal(probe, E.modern_probe(8))  # no training seed, no variant
+    for label, r in runs.items():
+        m = E.measure_stability(r, probe)
+        assert m.final.shape == (2,) and m.layer_logit.shape == (2, 2)
+        for i, net in enumerate(r.models):
+            scores = modern.attention_maps(net, probe, scores=True)
+            top = [s[s.isfinite()].abs().max().item() for s in scores]
+            assert m.layer_logit[i].tolist() == pytest.approx(top)
+            assert m.largest_logit[i].item() == pytest.approx(max(top))
+            assert m.accuracy[i].item() == M.accuracy(net, length=16, lag=2)
+            assert m.final[i].item() == pytest.approx(sum(r.losses[i][-20:]) / 3)
+        kind = E.STABILITY_RUNS[label][0]
+        assert m.bound.isnan().all().item() == (kind != "qk_norm")
+        assert m.saturated.isnan().all().item() == (kind != "softcap")
+        if kind == "qk_norm":
+            assert (m.layer_logit <= m.bound).all() and (m.gain > 0).all()
+        if kind != "softcap":
+            assert torch.equal(m.raw_logit, m.largest_logit)
+
+
+def test_measure_stability_reads_a_saturated_cap_and_its_zero_slope() -> None:
+    # an oracle: scale W_Q of a soft-capped model by 1e4 - its raw scores are the
+    # plain model's with the same weights, and tanh rounds to +-1 almost everywhere
+    from companion import modern
+
+    runs = E.stability_runs((0,), steps=1, labels=["soft-cap 5, lr 0.3"])
+    (net,) = runs["soft-cap 5, lr 0.3"].models
+    with torch.no_grad():
+        for layer in _attention_layers(net):
+            layer.q_proj.weight.mul_(1e4)
+    probe = E.modern_probe(4)
+    m = E.measure_stability(runs["soft-cap 5, lr 0.3"], probe)
+    plain = modern.ModernTinyTransformer(E.MODERN_SIZES, attention="rope")
+    plain.load_state_dict(net.state_dict())
+    raw = modern.attention_maps(plain, probe, scores=True)
+    assert m.raw_logit.item() == pytest.approx(raw[raw.isfinite()].abs().max().item())
+    assert m.raw_logit.item() > 1e3 and m.largest_logit.item() <= 5.0
+    s = raw[raw.isfinite()]
+    want_zero = ((s / 5.0).abs() > 9.1).double().mean().item()  # tanh(9.1) = 1 in fp32
+    assert m.zero_slope.item() == pytest.approx(want_zero, abs=0.02)
+    assert m.saturated.item() > 0.9 and m.zero_slope.item() > 0.5
+
+
+def test_first_token_mass_of_uniform_attention_is_the_even_share() -> None:
+    # zero query weights: every score 0, each query spreads evenly over its prefix, so
+    # the first token gets 1/(t + 1) at query t - the even share, a loop-computed oracle
+    net = E.build(lambda: M_tiny(), 0)
+    with torch.no_grad():
+        for layer in _attention_layers(net):
+            for p in layer.q_proj.parameters():  # weight and bias: every query 0
+                p.zero_()
+    even = sum(1 / (t + 1) for t in range(4, 16)) / 12
+    assert E.uniform_first_token_share(16, start=4) == pytest.approx(even)
+    mass = E.first_token_mass([net, net], E.modern_probe(4))
+    assert mass.shape == (2, 2, 4) and mass.dtype == torch.float64
+    torch.testing.assert_close(mass, torch.full_like(mass, even), atol=1e-6, rtol=0)
+    later = E.first_token_mass([net], E.modern_probe(4), start=10)
+    assert later[0, 0, 0].item() == pytest.approx(
+        sum(1 / (t + 1) for t in range(10, 16)) / 6, abs=1e-6
+    )
+
+
+def _attention_layers(net: torch.nn.Module) -> list:
+    from companion.model import CausalSelfAttention
+
+    return [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
+
+
+def M_tiny():
+    from companion import modern
+
+    return modern.ModernTinyTransformer(E.MODERN_SIZES, attention="rope")
+
+
+MODERN_BAD_INPUTS = [
+    ("stability_runs", lambda: E.stability_runs((0,), steps=0), ValueError, r"^steps"),
+    ("stability_runs", lambda: E.stability_runs((0,), cap=0.0), ValueError, r"^cap"),
+    (
+        "stability_runs",
+        lambda: E.stability_runs((0,), labels=["plain"]),
+        ValueError,
+        r"^labels must be one of",
+    ),
+    (
+        "stability_runs",
+        lambda: E.stability_runs((0,), labels="plain, lr 0.3"),
+        TypeError,
+        r"^labels must be a sequence of run labels",
+    ),
+    ("stability_runs", lambda: E.stability_runs(5), TypeError, r"^seed_list"),
+    ("modern_probe", lambda: E.modern_probe(0), ValueError, r"^num_sequences"),
+    (
+        "measure_stability",
+        lambda: E.measure_stability([1, 2]),
+        TypeError,
+        r"^runs must be a SeedRuns",
+    ),
+    (
+        "measure_stability",
+        lambda: E.measure_stability(
+            E.SeedRuns((0,), [[1.0]], [M_tiny()]), torch.zeros(2, 16)
+        ),
+        TypeError,
+        r"^probe must be",
+    ),
+    (
+        "StabilityMeasures",
+        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 8), [1.0]),
+        TypeError,
+        r"^gain must be a torch",
+    ),
+    (
+        "StabilityMeasures",
+        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 8), torch.zeros(3)),
+        ValueError,
+        r"^gain must have size 2",
+    ),
+    (
+        "uniform_first_token_share",
+        lambda: E.uniform_first_token_share(16, start=16),
+        ValueError,
+        r"^start must be less than length \(16\), got 16",
+    ),
+    (
+        "uniform_first_token_share",
+        lambda: E.uniform_first_token_share(0),
+        ValueError,
+        r"^length",
+    ),
+    ("first_token_mass", lambda: E.first_token_mass([]), TypeError, r"^models must"),
+    (
+        "first_token_mass",
+        lambda: E.first_token_mass([torch.nn.Linear(2, 2)]),
+        TypeError,
+        r"^models\[0\] must",
+    ),
+    (
+        "first_token_mass",
+        lambda: E.first_token_mass([M_tiny()], E.modern_probe(2), start=16),
+        ValueError,
+        r"^start must be less than the probe's length \(16\)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "thunk", "error", "match"),
+    MODERN_BAD_INPUTS,
+    ids=[f"{case[0]}-{i}" for i, case in enumerate(MODERN_BAD_INPUTS)],
+)
+def test_modern_bad_input_raises_a_named_error(
+    name: str, thunk: object, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        thunk()  # type: ignore[operator]

@@ -1,9 +1,11 @@
 """The numbers chapter 9 (book/09_modern_decoders.ipynb, "The attention layer of
 2024-2025") states, asserted again outside the notebook: the receptive field and the
 windowed cache of Mistral 7B, Gemma 2 and Gemma 3 from their configurations, the QK-norm
-and soft-capping bounds, the stability experiment on the tiny model (three seeds), the
+and soft-capping bounds, the stability experiment on the tiny model (six seeds), the
 MLA cache and absorption, padding and shift invariance on Hugging Face's models, and the
-StreamingLLM cache."""
+StreamingLLM cache. The trained claims (marker ``trained``) run the chapter's own
+experiments from :mod:`companion.experiments`; ``make claims`` reruns them under every
+variant."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 import torch
 
 import companion
-from companion import extension, mla, model, modern
+from companion import experiments, extension, mla, model, modern
 from companion.decoder import from_hf, generate
 from companion.norm import rms_norm
 from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
@@ -131,96 +133,92 @@ def test_qk_norm_bound_at_initialization_and_softcap_slope() -> None:
     assert slope.item() < 0.01
 
 
-# ---- the stability experiment (three seeds) ---------------------------------------------
+# ---- the stability experiment and the sinks (six seeds; make claims reruns these) ------
+#
+# The chapter's own runs: experiments.stability_runs over experiments.seeds(6), read with
+# experiments.measure_stability and experiments.first_token_mass, and the chapter's
+# bounds. Each test is one row of `make claims`; none names a seed.
 
 
-@pytest.fixture
-def one_thread():
-    """Models this small train faster on one thread (as the chapter does)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+@pytest.fixture(scope="module")
+def stability() -> tuple[dict, dict]:
+    runs = experiments.stability_runs(experiments.seeds(6))
+    measures = {label: experiments.measure_stability(r) for label, r in runs.items()}
+    return runs, measures
 
 
-def test_qk_norm_trains_where_plain_and_softcapped_attention_do_not_within_the_budget(
-    one_thread,
-) -> None:
-    sizes = model.ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
-    seeds = (0, 1, 2)
-
-    def run(kind: str, lr: float, steps: int = 200) -> tuple[list, torch.Tensor]:
-        nets = []
-        for seed in seeds:
-            companion.seed_everything(seed)
-            nets.append(modern.ModernTinyTransformer(sizes, attention=kind, cap=5.0))
-        runs = model.train_batched(
-            nets, seeds=seeds, steps=steps, batch_size=32, length=16, lag=2, lr=lr
-        )
-        if steps != 200:  # three times the budget: the losses of each run
-            return nets, [r.losses for r in runs]
-        return nets, torch.tensor([sum(r.losses[-20:]) / 20 for r in runs])
-
-    ids = model.lag_task(
-        64, 16, lag=2, vocab_size=16, generator=torch.Generator().manual_seed(1234)
-    )[0]
-    plain, plain_final = run("rope", 0.3)
-    assert (plain_final > 2.0).all()
-    for net in plain:
-        s = modern.attention_maps(net, ids, scores=True)
-        assert s[s.isfinite()].abs().max() > 1e5
-        assert model.accuracy(net, length=16, lag=2) < 0.5  # not solved
-    qk, qk_final = run("qk_norm", 0.3)
-    assert (qk_final < 0.01).all()
-    assert all(model.accuracy(n, length=16, lag=2) == 1 for n in qk)
-    for net in qk:
-        layers = [m for m in net.modules() if isinstance(m, modern.QKNormSelfAttention)]
-        for m, s in zip(
-            layers, modern.attention_maps(net, ids, scores=True), strict=True
-        ):
-            bound = modern.qk_norm_logit_bound(m.q_norm.weight, m.k_norm.weight)
-            assert s[s.isfinite()].abs().max() <= bound < 1000
-            gains = torch.cat([m.q_norm.weight, m.k_norm.weight]).abs().max()
-            assert gains < 20  # from 1 at initialization (9.57 here)
-    capped, capped_final = run("softcap", 0.3)
-    assert (capped_final > 2.0).all()
-    for net in capped:
-        s = modern.attention_maps(net, ids, scores=True)
-        assert (s[s.isfinite()].abs() > 0.99 * 5.0).double().mean() > 0.9
-    longer = {kind: run(kind, 0.3, steps=600)[1] for kind in ("rope", "softcap")}
-    for losses in longer.values():  # 600 steps: no run gets below 1 nat
-        assert all(min(c) > 1.0 for c in losses)
-    # the losses still wander: some run blows up past 10 nats (which seeds do is
-    # chaotic at this rate and moves with float rounding, so none is named)
-    peaks = [
-        max(sum(c[i - 20 : i]) / 20 for i in range(220, 601, 20))
-        for runs in longer.values()
-        for c in runs
-    ]
-    assert max(peaks) > 10
-    reference, _ = run("rope", 0.03)
-    assert all(model.accuracy(n, length=16, lag=2) == 1 for n in reference)
-    # no attention sink: token 0 gets less than a uniform share, no head a fifth
-    uniform = (1 / (torch.arange(4, 16) + 1.0)).mean().item()
-    largest = 0.0
-    for nets in (reference, qk):
-        for net in nets:
-            mass = modern.attention_maps(net, ids)[..., 4:, 0].mean(dim=(1, 3))
-            assert mass.mean() < uniform and mass.max() < 0.2
-            largest = max(largest, mass.max().item())
-    assert 1 < largest / uniform < 1.5  # single heads may pass the uniform share
+@pytest.mark.trained(chapter=9)
+def test_plain_model_trains_at_lr_0_03_in_every_seed(stability) -> None:
+    runs, m = stability
+    assert len(runs["plain, lr 0.03"].seeds) == 6
+    assert (m["plain, lr 0.03"].accuracy == 1).all()
+    assert (m["plain, lr 0.03"].final < 0.05).all()
 
 
+@pytest.mark.trained(chapter=9)
+def test_plain_model_fails_at_lr_0_3_in_every_seed(stability) -> None:
+    _, m = stability
+    plain = m["plain, lr 0.3"]
+    assert (plain.final > 1.5).all()  # near ln 16 = 2.77, far from trained (< 0.01)
+    assert (plain.accuracy < 0.5).all()  # not solved
+    assert (plain.largest_logit > 1e5).all()  # the logits ran away
+
+
+@pytest.mark.trained(chapter=9)
+def test_qk_norm_trains_at_lr_0_3_in_every_seed_under_its_bound(stability) -> None:
+    _, m = stability
+    qk = m["QK-norm, lr 0.3"]
+    assert (qk.final < 0.01).all() and (qk.accuracy == 1).all()
+    assert (qk.layer_logit <= qk.bound).all()  # the bound of the trained gains
+    assert (qk.gain > 1).any() and (qk.gain < 50).all()  # the gains grew from 1
+    assert qk.bound.max() < 1000
+    # the plain model's logits at the same rate: over a hundred times any bound
+    assert m["plain, lr 0.3"].largest_logit.min() > 100 * qk.bound.max()
+
+
+@pytest.mark.trained(chapter=9)
+def test_softcap_does_not_rescue_lr_0_3_in_any_seed(stability) -> None:
+    _, m = stability
+    capped = m["soft-cap 5, lr 0.3"]
+    assert (capped.final > 1.5).all() and (capped.accuracy < 0.5).all()
+    assert (capped.saturated > 0.9).all()  # scores pile up at the cap
+    assert (capped.zero_slope > 0.5).all()  # where tanh's slope rounds to zero
+    assert (capped.raw_logit > 1e5).all()  # below the cap, the logits ran away
+
+
+@pytest.mark.trained(chapter=9)
+def test_no_attention_sink_in_the_models_that_learned(stability) -> None:
+    runs, _ = stability
+    uniform = experiments.uniform_first_token_share()
+    assert round(uniform, 3) == 0.108
+    for label in ("plain, lr 0.03", "QK-norm, lr 0.3"):
+        mass = experiments.first_token_mass(runs[label].models)  # (seeds, layers, H)
+        assert (mass.mean(dim=(1, 2)) < uniform).all()  # every seed, over its heads
+        assert mass.max() < 0.25  # no head a quarter
+    # the figure's model (the first seed at 0.03) copies the token two back somewhere
+    maps = modern.attention_maps(
+        runs["plain, lr 0.03"].models[0], experiments.modern_probe()
+    ).mean(dim=1)  # (layers, H, L, L)
+    lag2 = torch.stack([maps[..., t, t - 2] for t in range(2, 16)], -1).mean(-1)
+    assert lag2.max() > 0.5
+
+
+@pytest.mark.trained(chapter=9)
 def test_adam_first_step_is_the_learning_rate() -> None:
-    companion.seed_everything(0)
-    probe = model.TinyTransformer(model.ModelConfig(vocab_size=16, dim=32, num_heads=4))
-    before = probe.blocks[0].sublayer.q_proj.weight.detach().clone()
-    model.train_batched(
-        [probe], seeds=[0], steps=1, batch_size=32, length=16, lag=2, lr=0.3
+    probe = experiments.build(
+        lambda: model.TinyTransformer(
+            model.ModelConfig(vocab_size=16, dim=32, num_heads=4)
+        ),
+        experiments.seeds(1)[0],
     )
+    before = probe.blocks[0].sublayer.q_proj.weight.detach().clone()
+    experiments.train_batched(
+        [probe], seeds=experiments.seeds(1), steps=1, batch_size=32, length=16, lag=2,
+        lr=0.3,
+    )  # fmt: skip
     step = (probe.blocks[0].sublayer.q_proj.weight.detach() - before).abs()
     assert step.max() <= 0.3 + 1e-6 and (step > 0.297).double().mean() > 0.95
-    assert before.abs().max() < 1 / math.sqrt(32)
+    assert before.abs().max() < 1 / math.sqrt(32) < 0.3
 
 
 # ---- MLA ---------------------------------------------------------------------------------
