@@ -50,6 +50,7 @@ from companion.model import (
 
 __all__ = [
     "JITTER_ENV",
+    "POSITION_FAMILY_STEPS",
     "SEED_OFFSET_ENV",
     "PositionComparison",
     "SeedRuns",
@@ -659,6 +660,17 @@ def summary_table(runs: dict[str, SeedRuns], *, last: int = 10) -> str:
 
 # after the seeds() above: compare_position_schemes takes a parameter of that name
 _experiment_seeds = seeds
+
+POSITION_FAMILY_STEPS: dict[str, int | tuple[int, ...]] = {
+    "none": (500, 1000),  # the slow learners: a fixed budget, and half of it beside
+    "alibi": (500, 1000),
+    "rope": 400,  # the others reach a loss near zero within 400 steps
+    "p_rope": 400,
+    "t5": 400,
+    "shaw": 400,
+    "transformer_xl": 400,
+}
+"""Chapter 4's budgets per scheme, for :func:`compare_position_schemes`'s ``steps``."""
 
 
 @dataclass(frozen=True)
