@@ -1,0 +1,212 @@
+"""The trained claims of the capstone (book/07_tiny_transformer), asserted here.
+
+Each test calls the same function of :mod:`companion.experiments` as the chapter, with the
+chapter's settings and seeds (``experiments.seeds``), and asserts the chapter's bounds:
+``make claims`` (``scripts/claims.py``) reruns them with the initial weights perturbed by
+``1 +- 1e-7``, on one thread, with ATen's portable kernels and on other seeds, and the
+chapter states only what holds in every variant. The experiments are module-scoped
+fixtures, so each trains once per run of this file.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from companion import experiments
+from companion.rope import rope_frequencies
+
+pytestmark = pytest.mark.trained(chapter=7)
+
+SCHEMES = ("none", "sinusoidal", "rope", "alibi")
+BUDGETS = (500, 1000)
+L0, LAG, EVAL = 16, 2, 64
+BANDS = {"trained": (LAG, L0), "to 2x": (L0, 2 * L0), "to 4x": (2 * L0, EVAL)}
+TRAINED, TO_2X, TO_4X = range(3)
+
+
+def _bag_of_tokens_trained_band() -> float:
+    """The bag-of-tokens baseline on the trained positions, from the evaluation batch:
+    guess the most frequent earlier token (ties split), as the chapter computes it."""
+    from companion.model import lag_task
+
+    tokens = lag_task(
+        256, EVAL, lag=LAG, vocab_size=16, generator=torch.Generator().manual_seed(1234)
+    )[0]
+    one_hot = torch.nn.functional.one_hot(tokens, 16)
+    counts = (one_hot.cumsum(dim=1) - one_hot)[:, LAG:]
+    best = counts.max(dim=-1).values
+    ties = (counts == best[..., None]).sum(dim=-1)
+    hit = counts.gather(-1, tokens[:, :-LAG, None]).squeeze(-1) == best
+    per_position = (hit.double() / ties).mean(dim=0)  # t = LAG ..
+    return per_position[: L0 - LAG].mean().item()
+
+
+@pytest.fixture(scope="module")
+def schemes() -> dict:
+    """The chapter's scheme comparison: every scheme, seeds(3), 500 and 1000 steps."""
+    torch.manual_seed(0)
+    results = {}
+    for scheme in SCHEMES:
+        for steps, r in experiments.train_capstone_scheme(
+            scheme, experiments.seeds(3), budgets=BUDGETS, lr=1e-2, warmup_steps=50
+        ).items():
+            results[scheme, steps] = r
+    per_position = {
+        key: experiments.position_accuracies(r, length=EVAL, lag=LAG)
+        for key, r in results.items()
+    }
+    band = {key: experiments.band_accuracy(a, BANDS) for key, a in per_position.items()}
+    full = {s: band[s, 1000] for s in SCHEMES}
+    return {
+        "results": results,
+        "per_position": per_position,
+        "lo": {s: a.min(dim=0).values for s, a in full.items()},
+        "hi": {s: a.max(dim=0).values for s, a in full.items()},
+        "mean": {s: a.mean(dim=0) for s, a in full.items()},
+        "half": {s: band[s, 500].mean(dim=0) for s in SCHEMES},
+    }
+
+
+def test_none_and_alibi_are_still_learning_at_the_budget(schemes: dict) -> None:
+    final = {key: r.final(100) for key, r in schemes["results"].items()}
+    first = torch.tensor([c[0] for r in schemes["results"].values() for c in r.losses])
+    assert (first > math.log(16)).all()
+    for s in ("none", "alibi"):
+        assert (final[s, 1000] < final[s, 500]).all(), s
+
+
+def test_with_positions_the_trained_positions_are_solved(schemes: dict) -> None:
+    for s in ("sinusoidal", "rope", "alibi"):
+        assert schemes["lo"][s][TRAINED] > 0.98, s
+
+
+def test_without_positions_between_the_baseline_and_solved(schemes: dict) -> None:
+    lo, hi, mean, half = (schemes[k]["none"] for k in ("lo", "hi", "mean", "half"))
+    assert 0.7 < lo[TRAINED] and hi[TRAINED] < 0.95
+    assert lo[TRAINED] > _bag_of_tokens_trained_band() + 0.3
+    assert (mean[:-1] > mean[1:]).all() and (mean > half).all()
+
+
+def test_sinusoidal_fails_past_the_training_length(schemes: dict) -> None:
+    hi, mean = schemes["hi"], schemes["mean"]
+    assert hi["sinusoidal"][TO_2X] < 0.5 and hi["sinusoidal"][TO_4X] < 0.3
+    assert mean["sinusoidal"][TO_4X] < mean["none"][TO_4X] + 0.05
+
+
+def test_rope_is_perfect_to_twice_the_length_and_fails_after(schemes: dict) -> None:
+    lo, hi = schemes["lo"], schemes["hi"]
+    assert lo["rope"][TO_2X] > 0.99 and hi["rope"][TO_4X] < 0.35
+    late = schemes["per_position"]["rope", 1000][:, 40:].mean(dim=1)
+    assert (late < 0.15).all()
+    assert (schemes["half"]["rope"] - schemes["mean"]["rope"]).abs().max() < 0.02
+    half_turn = math.pi / rope_frequencies(8, base=1e4)[1].item()
+    assert 2 * L0 - 1 < half_turn < 2 * L0
+
+
+def test_alibi_degrades_least_past_twice_and_learns_slowest(schemes: dict) -> None:
+    lo, hi, mean, half = (schemes[k] for k in ("lo", "hi", "mean", "half"))
+    assert lo["alibi"][TO_4X] > 0.8
+    for s in ("none", "sinusoidal", "rope"):
+        assert lo["alibi"][TO_4X] > hi[s][TO_4X], s
+    assert hi["alibi"][TO_2X] < lo["rope"][TO_2X]
+    first_below = {
+        s: [
+            experiments.first_step_below(c, 0.5)
+            for c in schemes["results"][s, 1000].losses
+        ]
+        for s in ("sinusoidal", "rope", "alibi")
+    }
+    fast = first_below["sinusoidal"] + first_below["rope"]
+    assert None not in fast
+    assert all(n is None or n > max(fast) for n in first_below["alibi"])
+    for s in ("rope", "sinusoidal"):
+        assert hi["alibi"][TRAINED] < lo[s][TRAINED], s
+    assert (mean["alibi"] > half["alibi"]).all()
+
+
+# ---- Post-LN and Pre-LN, with and without warm-up --------------------------------------
+
+
+def test_adams_first_step_is_the_same_in_both_placements_at_depth_4() -> None:
+    premise = experiments.first_adamw_step(experiments.seeds(6), lr=3e-2)
+    post, pre = premise["post"], premise["pre"]
+    expected = torch.full_like(post[:, 1], 3e-2 * math.sqrt(32 * 128))
+    torch.testing.assert_close(post[:, 1], expected, rtol=1e-3, atol=0)
+    torch.testing.assert_close(pre[:, 1], expected, rtol=1e-3, atol=0)
+    ratio = post / pre
+    assert (ratio[:, 0] < 1.2).all()
+    assert (post[:, 2] > 1).all() and (pre[:, 2] > 1).all()
+    assert (ratio[:, 2] < 1.1).all()
+
+
+@pytest.fixture(scope="module")
+def warmup() -> dict[str, experiments.SeedRuns]:
+    """The chapter's warm-up experiment: seeds(6), lr 3e-2, four layers."""
+    return experiments.warmup_runs(experiments.seeds(6), steps=LN_STEPS, lr=3e-2)
+
+
+LN_STEPS = 150
+
+
+def _learned(runs: experiments.SeedRuns) -> int:
+    """Seeds whose loss got below 0.1 nats at some step."""
+    return sum(min(c) < 0.1 for c in runs.losses)
+
+
+def _lost(runs: experiments.SeedRuns) -> int:
+    """Seeds back above 1 nat after they had got below 0.1."""
+    return sum(experiments.first_relapse(c) is not None for c in runs.losses)
+
+
+def test_without_warmup_pre_ln_trains_and_post_ln_mostly_never_learns(
+    warmup: dict[str, experiments.SeedRuns],
+) -> None:
+    """Pre-LN learns in every seed and never loses it again; Post-LN without warm-up
+    learns in at most two of the six seeds (which ones is chaotic: not asserted)."""
+    pre, n = warmup["pre-LN"], len(warmup["pre-LN"].seeds)
+    assert _learned(pre) == n and _lost(pre) == 0
+    assert (pre.final(10) < 0.1).all()
+    assert _learned(warmup["post-LN"]) <= 2
+
+
+def test_with_warmup_every_post_ln_seed_learns_and_some_lose_it_again(
+    warmup: dict[str, experiments.SeedRuns],
+) -> None:
+    """Every Post-LN seed with warm-up gets below 0.1 nats; at least one of the six
+    jumps back above 1 nat afterwards."""
+    warm = warmup["post-LN + warm-up"]
+    assert _learned(warm) == len(warm.seeds)
+    assert _lost(warm) >= 1
+
+
+# ---- The third exercise: t mod 5 -------------------------------------------------------
+
+
+def _mod5(tokens: torch.Tensor) -> torch.Tensor:
+    return (torch.arange(tokens.shape[1]) % 5).expand_as(tokens).clone()
+
+
+def test_absolute_positions_learned_table_at_once_rope_slowly_neither_beyond() -> None:
+    seeds = experiments.seeds(3)
+    table, table_acc = experiments.absolute_position_runs(
+        "learned", seeds, steps=100, targets=_mod5, eval_length=32
+    )
+    rope, rope_acc = experiments.absolute_position_runs(
+        "rope", seeds, steps=600, targets=_mod5, eval_length=32
+    )
+    assert (table_acc[:, :L0].mean(dim=1) > 0.99).all()
+    assert all(
+        n is not None and n <= 60
+        for n in (experiments.first_step_below(c, 0.1) for c in table.losses)
+    )
+    assert (rope_acc[:, :L0].mean(dim=1) > 0.93).all()
+    assert all(
+        n is None or n > 300
+        for n in (experiments.first_step_below(c, 0.1) for c in rope.losses)
+    )
+    assert all(sum(c[-100:]) < sum(c[300:400]) for c in rope.losses)
+    for acc in (table_acc, rope_acc):
+        assert (acc[:, L0:].mean(dim=1) < 0.35).all()
