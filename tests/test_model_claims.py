@@ -78,6 +78,23 @@ def test_none_and_alibi_are_still_learning_at_the_budget(schemes: dict) -> None:
         assert (final[s, 1000] < final[s, 500]).all(), s
 
 
+def test_trained_models_are_causal_so_one_evaluation_serves_every_band(
+    schemes: dict,
+) -> None:
+    """The chapter's check: on the same tokens, a trained model's logits at t < L0 do
+    not depend on the input's length."""
+    from companion.model import lag_task
+
+    tokens = lag_task(
+        32, EVAL, lag=LAG, vocab_size=16, generator=torch.Generator().manual_seed(1234)
+    )[0]
+    for r in schemes["results"].values():
+        for net in r.models:
+            with torch.no_grad():
+                gap = (net(tokens[:, :L0]) - net(tokens)[:, :L0]).abs().max().item()
+            assert gap < 1e-5
+
+
 def test_with_positions_the_trained_positions_are_solved(schemes: dict) -> None:
     for s in ("sinusoidal", "rope", "alibi"):
         assert schemes["lo"][s][TRAINED] > 0.98, s
