@@ -39,7 +39,7 @@ REQUIRED_PACKAGES: dict[str, str] = {
     "numpy": "1.24",
     "matplotlib": "3.7",
     "sympy": "1.13.3",
-    "transformers": "5.0",
+    "transformers": "5.23",
     "ipython": "8.0",
 }
 

@@ -59,6 +59,7 @@ TOPIC_WORDS: dict[str, tuple[str, ...]] = {
         "rope_init_functions",
     ),
     "relative_positions": (
+        "compare_position_schemes",
         "relative",
         "position family",
         "shaw",
