@@ -1023,6 +1023,8 @@ class StabilityMeasures:
 
     Attributes:
         final: mean training loss over the last 20 steps, ``(seeds,)``.
+        lowest: the lowest mean training loss over 20 consecutive steps, ``(seeds,)``
+            (a run that trained and then spiked near its end keeps it low).
         accuracy: :func:`~companion.model.accuracy` on the lag task, ``(seeds,)``.
         largest_logit: the largest ``|score|`` the attention sees (scaled by
             ``1/sqrt(D)``, after the cap where there is one) on the probe, ``(seeds,)``.
@@ -1041,6 +1043,7 @@ class StabilityMeasures:
     """
 
     final: torch.Tensor
+    lowest: torch.Tensor
     accuracy: torch.Tensor
     largest_logit: torch.Tensor
     raw_logit: torch.Tensor
@@ -1118,6 +1121,14 @@ def measure_stability(
             or [nan] * len(finite)
         )
         rows["final"].append(sum(curve[-20:]) / len(curve[-20:]))
+        window = min(20, len(curve))
+        rows["lowest"].append(
+            torch.tensor(curve, dtype=torch.float64)
+            .unfold(0, window, 1)
+            .mean(-1)
+            .min()
+            .item()
+        )
         rows["accuracy"].append(
             accuracy(net, length=MODERN_TASK["length"], lag=MODERN_TASK["lag"])
         )

@@ -1239,6 +1239,7 @@ def test_measure_stability_against_the_attention_it_reads() -> None:
             assert m.largest_logit[i].item() == pytest.approx(max(top))
             assert m.accuracy[i].item() == M.accuracy(net, length=16, lag=2)
             assert m.final[i].item() == pytest.approx(sum(r.losses[i][-20:]) / 3)
+            assert m.lowest[i].item() == pytest.approx(sum(r.losses[i]) / 3)
         kind = E.STABILITY_RUNS[label][0]
         assert m.bound.isnan().all().item() == (kind != "qk_norm")
         assert m.saturated.isnan().all().item() == (kind != "softcap")
@@ -1335,13 +1336,13 @@ MODERN_BAD_INPUTS = [
     ),
     (
         "StabilityMeasures",
-        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 8), [1.0]),
+        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 9), [1.0]),
         TypeError,
         r"^gain must be a torch",
     ),
     (
         "StabilityMeasures",
-        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 8), torch.zeros(3)),
+        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 9), torch.zeros(3)),
         ValueError,
         r"^gain must have size 2",
     ),
