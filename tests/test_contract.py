@@ -38,6 +38,7 @@ MODULES = [
     "attention",
     "norm",
     "model",
+    "experiments",
     "decoder",
     "mla",
     "modern",
@@ -48,6 +49,17 @@ MODULES = [
 #: names a message may use for an argument that is not a parameter of the signature
 ARGUMENTS_BEYOND_THE_SIGNATURE = {
     "environment.default_device": {"COMPANION_DEVICE"},  # read from the environment
+    "experiments.init_jitter": {"COMPANION_INIT_JITTER"},
+    "experiments.seed_offset": {"COMPANION_SEED_OFFSET"},
+    "experiments.seeds": {"COMPANION_SEED_OFFSET"},
+    # **overrides: ModelConfig's fields
+    "experiments.capstone_model": {
+        "dim",
+        "num_heads",
+        "num_layers",
+        "placement",
+        "max_len",
+    },
 }
 
 
@@ -100,10 +112,16 @@ def _cases() -> list:
     for module, paths in _targets().items():
         for path in paths:
             tests = _load(path) if path.exists() else None
-            for i, case in enumerate(getattr(tests, "BAD_INPUTS", [])):
-                values, marks = _table(case)
-                ident = f"{module}.{values[0]}-{path.stem}-{i}"
-                cases.append(pytest.param(module, *values, marks=marks, id=ident))
+            tables = [  # BAD_INPUTS, and a module's section tables (*_BAD_INPUTS)
+                (k, v) for k, v in sorted(vars(tests or object()).items())
+                if k.endswith("BAD_INPUTS") and isinstance(v, list)
+            ]  # fmt: skip
+            for table, rows in tables:
+                for i, case in enumerate(rows):
+                    values, marks = _table(case)
+                    prefix = "" if table == "BAD_INPUTS" else f"{table}-"
+                    ident = f"{module}.{values[0]}-{path.stem}-{prefix}{i}"
+                    cases.append(pytest.param(module, *values, marks=marks, id=ident))
     return cases
 
 
@@ -168,7 +186,9 @@ def test_every_public_name_has_a_bad_input_case(module, paths):
         if not hasattr(tests, "BAD_INPUTS"):
             pytest.fail(f"{path.name} defines no BAD_INPUTS for companion.{module}")
         exempt |= getattr(tests, "NO_BAD_INPUTS", {})
-        names |= {_table(case)[0][0] for case in tests.BAD_INPUTS}
+        for key, rows in vars(tests).items():  # BAD_INPUTS and section tables
+            if key.endswith("BAD_INPUTS") and isinstance(rows, list):
+                names |= {_table(case)[0][0] for case in rows}
     assert all(isinstance(why, str) and why for why in exempt.values()), "say why"
     for name in names:  # every case names something that exists
         _resolve(module, name)

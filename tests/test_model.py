@@ -541,9 +541,9 @@ BAD_INPUTS = [
     ),
     (
         "model_config",
-        lambda: M.model_config("net", nn.Linear(2, 2)),
+        lambda: M.model_config("model", nn.Linear(2, 2)),
         TypeError,
-        r"net.config must be a ModelConfig",
+        r"model.config must be a ModelConfig",
     ),
     # accuracy
     (
