@@ -914,7 +914,7 @@ def compare_position_schemes(
 
 # ---- The modern layer's experiments (chapter 9) -------------------------------------------
 #
-# Chapter 9 trains the tiny RoPE model of chapter 5 with plain attention, QK-norm and
+# Chapter 9 trains the tiny RoPE model of chapter 7 with plain attention, QK-norm and
 # soft-capping, at a learning rate where the plain model fails, and reads the trained
 # models' attention (the stability runs and the sink measurement). The chapter and
 # tests/test_modern_claims.py call these functions, so the claims the harness checks are

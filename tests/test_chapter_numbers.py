@@ -187,10 +187,7 @@ VERIFIED: dict[tuple[str, str], str] = {
 #: Mentions known to be stale in files whose owners are fixing them, as VERIFIED's keys.
 #: An entry that no longer matches a stale mention fails the test, so the list cannot
 #: outlive its reason; empty when every owner has landed the fix.
-PENDING: set[tuple[str, str]] = {
-    # the tiny model is chapter 7's (companion.model); chapter 5 is attention
-    ("companion/experiments.py", "the tiny RoPE model of chapter 5"),
-}
+PENDING: set[tuple[str, str]] = set()  # stale mentions awaiting their owner (none now)
 
 MENTION = re.compile(
     r"\b(?:chapters?\s+(?P<list>\d{1,2}(?:\s*(?:,|and|or|-|–|to)\s*\d{1,2})*)"
