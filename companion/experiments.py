@@ -68,10 +68,10 @@ __all__ = [
 ]
 
 JITTER_ENV = "COMPANION_INIT_JITTER"
-"""Environment variable: when set to ``eps``, :func:`build` jitters every initial weight."""
+"""The environment variable that, set to ``eps``, makes :func:`build` jitter weights."""
 
 SEED_OFFSET_ENV = "COMPANION_SEED_OFFSET"
-"""Environment variable: a non-negative shift of every seed :func:`seeds` hands out."""
+"""The environment variable that shifts every seed :func:`seeds` hands out."""
 
 _JITTER_STREAM = (
     0x5EED_0F_F5E7  # the jitter's generator: seed + this, apart from the data's
@@ -272,7 +272,7 @@ def train(
     schedule: str = "constant",
     seed: int = 0,
 ) -> TrainingRun:
-    """Train ``model`` on :func:`lag_task` with AdamW and a cross-entropy loss.
+    """Train ``model`` on :func:`companion.model.lag_task` with AdamW and a cross-entropy loss.
 
     The learning rate rises linearly over ``warmup_steps`` (none by default) and then
     stays constant (``schedule="constant"``, so a comparison with and without warm-up
@@ -281,7 +281,7 @@ def train(
     yourself (:func:`companion.environment.seed_everything`) before building it.
 
     Args:
-        model: a :class:`TinyTransformer` (any module with its ``.config`` that maps
+        model: a :class:`~companion.model.TinyTransformer` (any module with its ``.config`` that maps
             ``(B, L)`` ids to logits).
         steps: optimization steps.
         batch_size: sequences per step.
@@ -375,7 +375,7 @@ def train_batched(
     budgets.
 
     Args:
-        models: :class:`TinyTransformer` s with equal configs, on one device, each built
+        models: :class:`~companion.model.TinyTransformer` s with equal configs, on one device, each built
             from its own seed.
         seeds: one batch-generator seed per model, as :func:`train`'s ``seed``.
         steps: optimization steps, one number for every model or one per model.
@@ -933,10 +933,10 @@ __all__ += [
 ]
 
 MODERN_SIZES = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
-"""Chapter 9's tiny model: width 32, four heads of width 8, two layers, RoPE."""
+"""Chapter 9's tiny model — width 32, four heads of width 8, two layers, RoPE."""
 
 MODERN_TASK: dict[str, int] = {"batch_size": 32, "length": 16, "lag": 2}
-"""Chapter 9's lag task: 32 sequences of 16 tokens a step, output the token two back."""
+"""Chapter 9's lag task — 32 sequences of 16 tokens a step, output the token two back."""
 
 STABILITY_RUNS: dict[str, tuple[str, float]] = {
     "plain, lr 0.03": ("rope", 0.03),
@@ -944,7 +944,7 @@ STABILITY_RUNS: dict[str, tuple[str, float]] = {
     "QK-norm, lr 0.3": ("qk_norm", 0.3),
     "soft-cap 5, lr 0.3": ("softcap", 0.3),
 }
-"""Chapter 9's stability runs: label -> (attention of
+"""Chapter 9's stability runs — label -> (attention of
 :class:`~companion.modern.ModernTinyTransformer`, AdamW learning rate)."""
 
 
@@ -1216,11 +1216,11 @@ CAPSTONE_SIZES: dict[str, int] = {
     "num_layers": 2,
     "max_len": 64,
 }
-"""The capstone's model: width 32, four heads of width 8, two layers, 16 tokens, and a
+"""The capstone's model — width 32, four heads of width 8, two layers, 16 tokens, and a
 learned table (where one is asked for) of 64 rows, four times the training length."""
 
 CAPSTONE_TASK: dict[str, int] = {"batch_size": 32, "length": 16, "lag": 2}
-"""The capstone's training batches: 32 sequences of length ``L_0 = 16``, lag 2."""
+"""The capstone's training batches — 32 sequences of length ``L_0 = 16``, lag 2."""
 
 CAPSTONE_EVAL_LENGTH = 64
 """The capstone evaluates every model once, on 256 sequences of four times ``L_0``."""
@@ -1230,7 +1230,7 @@ WARMUP_CONFIGS: dict[str, tuple[str, int]] = {
     "post-LN": ("post", 0),
     "post-LN + warm-up": ("post", 30),
 }
-"""The capstone's warm-up experiment: label -> (placement, warm-up steps)."""
+"""The capstone's warm-up experiment — label -> (placement, warm-up steps)."""
 
 
 def capstone_model(position: str, **overrides: object) -> Callable[[], TinyTransformer]:

@@ -65,7 +65,8 @@ def run_variant(
         and "OMP_NUM_THREADS" not in VARIANTS[name]
     ):
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
-    report = out_dir / (re.sub(r"\W+", "_", name) + ".xml")
+    safe = name.replace("+", "plus").replace("-", "minus")  # jitter +1e-7 vs -1e-7
+    report = out_dir / (re.sub(r"\W+", "_", safe) + ".xml")
     command = [
         sys.executable, "-m", "pytest", "tests", "-m", "trained", "-q", "-p",
         "no:cacheprovider", f"--junitxml={report}", "-o", "junit_family=xunit2",
