@@ -1,8 +1,8 @@
 # Two commands do everything on a fresh machine:
 #   make book   create .venv from requirements.txt, execute every chapter, build the HTML book
-#   make test   the same set-up, then every check (lint, notebooks stripped, unit tests,
-#               notebooks under nbmake, the book with warnings as errors, the whole-book PDF,
-#               the browser check)
+#   make test   the same set-up, then every check (lint, notebooks stripped, unit tests, the
+#               trained claims under two variants, notebooks under nbmake, the book with
+#               warnings as errors, the whole-book PDF, the browser check)
 # and two more:
 #   make bench  run every benchmark in benchmarks/ (never part of the tests)
 #   make claims rerun every trained claim under the variants that stand for other processors
