@@ -612,3 +612,22 @@ if __name__ == "__main__":
         encoding="utf-8",
     )
     print(f"wrote {OUTLINE.relative_to(ROOT)}: {len(outline_lines())} entries")
+
+
+def test_bibliography_keeps_arxiv_ids_in_eprint_only() -> None:
+    """The bib style links `eprint` as arXiv:ID; an id typed into another field renders unlinked.
+
+    Mirrors the browser test `test_bibliography_is_author_year_with_links` so the unit stage catches it
+    before the book is built.
+    """
+    bib = (BOOK / "references.bib").read_text(encoding="utf-8")
+    entries = re.split(r"\n(?=@)", bib)
+    stray = []
+    for entry in entries:
+        key = re.match(r"@\w+\{([^,]+),", entry.strip())
+        for field, value in re.findall(r"^\s*(\w+)\s*=\s*\{(.*)\},?\s*$", entry, flags=re.M):
+            if field.lower() == "eprint":
+                continue
+            if re.search(r"arXiv:\s*\d{4}\.\d{4,5}", value):
+                stray.append(f"{key.group(1) if key else '?'}: {field}")
+    assert not stray, f"arXiv ids outside the eprint field (render unlinked): {stray}"
