@@ -10,9 +10,9 @@ this run passes with; a floor it cannot install or that fails a test must be rai
 What the run covers, and what it does not:
 
 - every ``>=`` in ``[project] dependencies`` and the ``book``/``kernels`` extras whose marker
-  holds on this machine (triton's is Linux only), and IPython at
-  ``companion.environment.REQUIRED_PACKAGES``'s minimum (it comes with ipykernel, so
-  pyproject does not name it); the venv's Python is the one that runs this script (``make floors``: ``.venv``'s);
+  holds on this machine (triton's is Linux only), and any package of
+  ``companion.environment.REQUIRED_PACKAGES`` that pyproject does not name, at the report's
+  minimum; the venv's Python is the one that runs this script (``make floors``: ``.venv``'s);
 - the unit tests exercise numpy, torch, matplotlib, transformers (Hugging Face oracles) and
   triton (its interpreter); sympy and IPython are imported by the chapters only, so the script
   imports what the chapters use from them (``sympy``'s solver and simplifier,
@@ -26,6 +26,10 @@ Usage::
     python scripts/floors.py                 # build the venv (reused when present), test
     python scripts/floors.py --fresh         # remove the venv first
     python scripts/floors.py -- -k rope      # extra arguments after -- go to pytest
+
+On Linux, torch comes from PyTorch's CPU index (PyPI's Linux wheel is the CUDA build) when
+``download.pytorch.org`` answers within 5 s, as the Makefile's venv rule does; where it does not
+(an offline mirror), torch comes from the configured index with the rest.
 
 Needs the network (PyPI) the first time; not part of ``make test``.
 """
@@ -46,6 +50,8 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / "_build" / "floors" / "venv"
+#: PyTorch's CPU wheels; the Makefile's venv rule uses the same index, probed the same way.
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 #: Test tools taken at the lock's versions (they are not floors of the package).
 TEST_TOOLS = ("pytest", "hypothesis", "PyYAML")
 #: What the chapters use from the packages the unit tests never import.
@@ -104,6 +110,20 @@ def lock_pins(names: tuple[str, ...]) -> list[str]:
     return pins
 
 
+def torch_cpu_index_answers(timeout: float = 5.0) -> bool:
+    """Linux only: does PyTorch's CPU index answer within ``timeout`` seconds?"""
+    if not sys.platform.startswith("linux"):
+        return False
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"{TORCH_CPU_INDEX}/torch/", timeout=timeout).close()
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return True
+
+
 def run(cmd: list[str], **kwargs: object) -> None:
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, **kwargs)
@@ -124,6 +144,28 @@ def main() -> int:
     if not python.exists():
         run([sys.executable, "-m", "venv", str(VENV)])
     pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+    # torch's floor first, the CPU build where PyTorch's index answers (as the Makefile's venv
+    # rule does); the resolve below then keeps it, since it satisfies torch==floor
+    if "torch" in floors and torch_cpu_index_answers():
+        run(
+            [
+                *pip,
+                "install",
+                "--quiet",
+                "--retries",
+                "1",
+                "--timeout",
+                "15",
+                "--extra-index-url",
+                TORCH_CPU_INDEX,
+                f"torch=={floors['torch']}",
+            ]
+        )
+    elif sys.platform.startswith("linux"):
+        print(
+            "floors.py: download.pytorch.org not reachable: torch from the configured index",
+            flush=True,
+        )
     # one resolve: the floors exactly, the test tools at the lock's versions, and the package
     # itself with its declared ranges (pip refuses if a floor contradicts another's needs)
     run([*pip, "install", "--quiet", *exact, *lock_pins(TEST_TOOLS), "-e", str(ROOT)])
