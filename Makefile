@@ -60,15 +60,29 @@ lab: venv
 
 # Chapter outputs depend on companion/ as well as on their own cells, but neither jupyter-cache
 # (it hashes a notebook's code cells) nor Sphinx (it re-reads a page only when its source
-# changes) knows that. So the build is keyed on a hash of companion/*.py and requirements.txt:
-# when the key changed since the last successful build, the execution cache is cleared and every
-# page is re-read (--all), which re-executes every chapter. With no change, a rebuild serves
-# every chapter from the cache and re-reads nothing: correct, and quick.
+# changes) knows that. So both are keyed on a hash of companion/*.py and requirements.txt:
+# - the execution cache (_build/.jupyter_cache) is cleared whenever that hash differs from the
+#   one it was filled under (EXEC_KEY), before anything reads or adds to it;
+# - the build re-reads every page (--all) when the hash differs from the last successful
+#   build's (CACHE_KEY), which renders every chapter from the fresh cache.
+# With no change, a rebuild serves every chapter from the cache and re-reads nothing: correct,
+# and quick. `make notebooks` fills the same cache (scripts/nbmake_cache.py), so in `make test`
+# the book stage renders the outputs nbmake just produced instead of running every chapter again.
+EXEC_KEY := _build/.jupyter_cache-key
+define fresh_cache
+	@key=$$(cat $(CACHE_INPUTS) | sha256sum | cut -d' ' -f1); \
+	if [ "$$(cat $(EXEC_KEY) 2>/dev/null)" != "$$key" ]; then \
+		echo "companion/ or requirements.txt changed: clearing the execution cache"; \
+		rm -rf _build/.jupyter_cache; mkdir -p _build; echo "$$key" > $(EXEC_KEY); \
+	fi
+endef
+
 define build_book
+	$(call fresh_cache)
 	@key=$$(cat $(CACHE_INPUTS) | sha256sum | cut -d' ' -f1); extra="$(1)"; \
 	if [ "$$(cat $(CACHE_KEY) 2>/dev/null)" != "$$key" ]; then \
-		echo "companion/ or requirements.txt changed since the last build: re-executing every chapter"; \
-		rm -rf _build/.jupyter_cache; extra="--all $(1)"; \
+		echo "companion/ or requirements.txt changed since the last build: re-reading every page"; \
+		extra="--all $(1)"; \
 	fi; \
 	echo "$(BIN)/jupyter-book build . $$extra"; \
 	$(BIN)/jupyter-book build . $$extra && mkdir -p _build && echo "$$key" > $(CACHE_KEY)
@@ -116,8 +130,12 @@ claims: venv
 claims-ci: venv
 	$(PY) scripts/claims.py --jobs 2 --variants "jitter +1e-7" "ATen default"
 
+# Every chapter under nbmake; each one that runs without error is also stored in the book's
+# execution cache, where the book build finds it (scripts/nbmake_cache.py).
 notebooks: venv
-	$(BIN)/pytest --nbmake --nbmake-timeout=900 -q $(NOTEBOOKS)
+	$(call fresh_cache)
+	PYTHONPATH=scripts $(BIN)/pytest -p nbmake_cache --nb-cache=_build/.jupyter_cache \
+		--nbmake --nbmake-timeout=900 -q $(NOTEBOOKS)
 
 browser: venv
 	$(BIN)/pytest tests/browser -q --browser --ignore=tests/browser/test_pdf.py

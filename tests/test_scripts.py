@@ -1,0 +1,127 @@
+"""Tests of the build scripts that `make test` relies on (scripts/).
+
+scripts/nbmake_cache.py lets the book build reuse what nbmake executed; if it cached the wrong
+thing, the book would render outputs no kernel produced from the current cells. The oracle is
+myst-nb's own lookup: the notebook as myst-nb reads it must match the cache entry, and the outputs
+merged from it must be the ones a kernel prints for those cells.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import nbmake_cache  # noqa: E402
+
+jupyter_cache = pytest.importorskip("jupyter_cache")
+myst_read = pytest.importorskip("myst_nb.core.read")
+
+
+def _notebook(path: Path, *sources: str) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_markdown_cell("# A page")]
+    nb.cells += [nbformat.v4.new_code_cell(source) for source in sources]
+    text = nbformat.writes(nb)
+    path.write_text(text, encoding="utf-8")
+    return text
+
+
+def _nbmake(tmp_path: Path, *notebooks: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "scripts")}
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "nbmake_cache",
+        "-p",
+        "no:cacheprovider",
+    ]
+    command += [f"--nb-cache={tmp_path / 'cache'}", "--nbmake", "-q"]
+    command += [str(nb) for nb in notebooks]
+    return subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _cached(tmp_path: Path, notebook: Path) -> nbformat.NotebookNode:
+    """What myst-nb renders for ``notebook``: its lookup, then the merge (KeyError if no entry)."""
+    cache = jupyter_cache.get_cache(str(tmp_path / "cache"))
+    source = myst_read.standard_nb_read(notebook.read_text(encoding="utf-8"))
+    cache.match_cache_notebook(source)
+    _, merged = cache.merge_match_into_notebook(source)
+    return merged
+
+
+def test_a_chapter_nbmake_runs_is_found_by_myst_nb_with_its_outputs(
+    tmp_path: Path,
+) -> None:
+    good = tmp_path / "good.ipynb"
+    text = _notebook(good, "x = 6 * 7", "print(x)", "x + 1")
+    bad = tmp_path / "bad.ipynb"
+    _notebook(bad, "print('before')", "1 / 0")
+
+    result = _nbmake(tmp_path, good, bad)
+
+    assert result.returncode != 0, "nbmake passed a notebook that raises"
+    assert "1 passed" in result.stdout and "1 failed" in result.stdout, result.stdout[
+        -2000:
+    ]
+    merged = _cached(tmp_path, good)
+    code = [cell for cell in merged.cells if cell.cell_type == "code"]
+    assert code[0].outputs == []
+    assert [o.get("text") for o in code[1].outputs] == ["42\n"]
+    assert code[2].outputs[0]["data"]["text/plain"] == "43"
+    assert good.read_text(encoding="utf-8") == text, (
+        "the plugin wrote the source notebook"
+    )
+    with pytest.raises(KeyError):
+        _cached(tmp_path, bad)  # a failed run is never cached
+
+
+def test_an_edited_cell_misses_the_cache(tmp_path: Path) -> None:
+    page = tmp_path / "page.ipynb"
+    _notebook(page, "print(1)")
+    assert _nbmake(tmp_path, page).returncode == 0
+    _cached(tmp_path, page)
+    _notebook(page, "print(2)")
+    with pytest.raises(KeyError):
+        _cached(tmp_path, page)
+
+
+def test_executed_copy_takes_outputs_only_and_refuses_other_cells() -> None:
+    source = nbformat.v4.new_notebook()
+    source.cells = [nbformat.v4.new_code_cell("print(1)")]
+    source.cells[0].metadata["tags"] = ["keep"]
+    executed = nbformat.v4.new_notebook()
+    executed.cells = [nbformat.v4.new_code_cell("print(1)")]
+    executed.cells[0].metadata["execution"] = {
+        "iopub.execute_input": "2026-11-27T00:00:00Z"
+    }
+    executed.cells[0].outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="1\n")
+    ]
+    executed.cells[0].execution_count = 1
+
+    merged = nbmake_cache.executed_copy(source, executed)
+
+    assert merged.cells[0].metadata == {"tags": ["keep"]}
+    assert merged.cells[0].outputs == executed.cells[0].outputs
+    assert merged.cells[0].execution_count == 1
+    assert source.cells[0].outputs == []  # the source is not modified
+    executed.cells[0].source = "print(2)"
+    with pytest.raises(ValueError, match="code cells differ"):
+        nbmake_cache.executed_copy(source, executed)
