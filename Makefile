@@ -138,10 +138,10 @@ notebooks: venv
 		--nbmake --nbmake-timeout=900 -q $(NOTEBOOKS)
 
 browser: venv
-	$(BIN)/pytest tests/browser -q --browser --ignore=tests/browser/test_pdf.py
+	$(BIN)/pytest tests/browser -q --browser --ignore=tests/browser/test_pdf.py --durations=15
 
 pdf-check: pdf
-	$(BIN)/pytest tests/browser/test_pdf.py -q --browser
+	$(BIN)/pytest tests/browser/test_pdf.py -q --browser --durations=5
 
 test: venv
 	@$(PY) scripts/stages.py \

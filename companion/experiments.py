@@ -672,6 +672,15 @@ POSITION_FAMILY_STEPS: dict[str, int | tuple[int, ...]] = {
 }
 """Chapter 4's budgets per scheme, for :func:`compare_position_schemes`'s ``steps``."""
 
+POSITION_FAMILY_SEEDS = 3
+"""Chapter 4's seed count for every scheme: :func:`seeds` ``(POSITION_FAMILY_SEEDS)``."""
+
+POSITION_FAMILY_T5_SEEDS = 6
+"""Chapter 4 trains T5 again over :func:`seeds` ``(POSITION_FAMILY_T5_SEEDS)``: its
+outcome beyond the training length is a frequency over seeds."""
+
+__all__ += ["POSITION_FAMILY_SEEDS", "POSITION_FAMILY_T5_SEEDS"]
+
 
 @dataclass(frozen=True)
 class PositionComparison:
@@ -1231,6 +1240,42 @@ WARMUP_CONFIGS: dict[str, tuple[str, int]] = {
     "post-LN + warm-up": ("post", 30),
 }
 """The capstone's warm-up experiment — label -> (placement, warm-up steps)."""
+
+CAPSTONE_SEEDS = 3
+"""The capstone's scheme comparison trains :func:`seeds` ``(CAPSTONE_SEEDS)``."""
+
+CAPSTONE_BUDGETS: tuple[int, ...] = (500, 1000)
+"""The capstone's budgets in steps: the results use the larger, the smaller shows what
+the budget changes (:func:`train_capstone_scheme`'s ``budgets``)."""
+
+CAPSTONE_LR = 1e-2
+"""The capstone's peak learning rate (:func:`train_capstone_scheme`'s ``lr``)."""
+
+CAPSTONE_WARMUP_STEPS = 50
+"""The capstone's linear warm-up (:func:`train_capstone_scheme`'s ``warmup_steps``)."""
+
+WARMUP_RUN_SEEDS = 6
+"""The Post-LN/Pre-LN experiment's seed count: :func:`seeds` ``(WARMUP_RUN_SEEDS)``."""
+
+WARMUP_RUN_STEPS = 150
+"""The Post-LN/Pre-LN experiment's steps (:func:`warmup_runs`'s ``steps``)."""
+
+WARMUP_RUN_LR = 3e-2
+"""The Post-LN/Pre-LN experiment's constant rate (:func:`warmup_runs`'s ``lr``)."""
+
+ABSOLUTE_STEPS: dict[str, int] = {"learned": 100, "rope": 600}
+"""The third exercise's steps per scheme (:func:`absolute_position_runs`'s ``steps``)."""
+
+__all__ += [
+    "ABSOLUTE_STEPS",
+    "CAPSTONE_BUDGETS",
+    "CAPSTONE_LR",
+    "CAPSTONE_SEEDS",
+    "CAPSTONE_WARMUP_STEPS",
+    "WARMUP_RUN_LR",
+    "WARMUP_RUN_SEEDS",
+    "WARMUP_RUN_STEPS",
+]
 
 
 def capstone_model(position: str, **overrides: object) -> Callable[[], TinyTransformer]:
