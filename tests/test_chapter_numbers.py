@@ -179,6 +179,9 @@ VERIFIED: dict[tuple[str, str], str] = {
     ("companion/experiments.py", "Chapter 9's lag task"): (
         "chapter 9's stability section trains on the lag task"
     ),
+    ("companion/experiments.py", "Chapter 4's seed count for every scheme"): (
+        "POSITION_FAMILY_SEEDS: the seeds of chapter 4's position-family comparison"
+    ),
     ("tests/browser/test_jupyterlab.py", "Chapter 00's exercise as a learner"): (
         "check_softmax is chapter 0's exercise (named in the module docstring)"
     ),
@@ -216,23 +219,49 @@ def toc_numbers() -> dict[int, str]:
     return {i: re.sub(r"^book/\d\d_", "", f) for i, f in enumerate(chapters)}
 
 
+#: What the scan reads of the files git tracks: text by suffix, and files without one
+#: (``Makefile``, ``.ci/run``).
+TEXT_SUFFIXES = {".py", ".md", ".ipynb", ".css", ".js", ".yml", ".yaml", ".toml", ".txt",
+                 ".cfg", ".ini", ".sh", ""}  # fmt: skip
+#: Tracked text the scan leaves out, and why.
+NOT_SCANNED: dict[str, str] = {
+    "scripts/pdf/paged.polyfill.min.js": "Paged.js, vendored: not the book's words",
+    "scripts/pdf/PAGEDJS-LICENSE.md": "Paged.js's licence, vendored",
+    "tests/book_outline.txt": "generated from the chapters, which are scanned",
+    ".gitignore": "paths, no prose",
+}
+
+
 def scanned_files() -> list[Path]:
-    patterns = [
-        "book/*.md",
-        "book/*.ipynb",
-        "companion/**/*.py",
-        "tests/**/*.py",
-        "scripts/*.py",
-        "benchmarks/**/*.py",
-        "benchmarks/**/*.md",
-        "README.md",
-        "CONTRIBUTING.md",
-        "pyproject.toml",
-        "requirements.txt",
-        "Makefile",
-    ]
-    found = {p for pattern in patterns for p in ROOT.glob(pattern)}
-    return sorted(p for p in found if p.resolve() != THIS and p.is_file())
+    """Every text file git tracks (``git ls-files``), less :data:`NOT_SCANNED`; where git
+    cannot list them (an unpacked archive), every such file under the root outside
+    hidden, build and environment folders."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split("\0")
+        paths = [ROOT / name for name in listed if name]
+    except (OSError, subprocess.CalledProcessError):
+        skip = {"_build", ".venv", "node_modules", "__pycache__"}
+        paths = [
+            p
+            for p in ROOT.rglob("*")
+            if not any(part in skip for part in p.relative_to(ROOT).parts)
+        ]
+    return sorted(
+        p
+        for p in paths
+        if p.is_file()
+        and p.resolve() != THIS
+        and p.suffix in TEXT_SUFFIXES
+        and str(p.relative_to(ROOT)) not in NOT_SCANNED
+    )
 
 
 def text_lines(path: Path) -> list[tuple[str, str]]:
@@ -330,6 +359,28 @@ def test_toc_numbers_match_the_file_numbers() -> None:
         assert (ROOT / "book" / f"{n:02d}_{topic}.ipynb").exists(), (n, topic)
 
 
+def test_the_scan_reads_every_tracked_text_file() -> None:
+    """Not a list of globs that a new kind of file slips past: what git tracks, by suffix."""
+    scanned = {str(p.relative_to(ROOT)) for p in scanned_files()}
+    for path in (
+        "scripts/pdf/book-pages.css",
+        "book/_ext/static/book.css",
+        "_config.yml",
+        "_toc.yml",
+        ".github/workflows/test.yml",
+        "Makefile",
+        "pyproject.toml",
+        "book/intro.md",
+        "book/02_rope.ipynb",
+        "companion/rope.py",
+        "tests/test_rope.py",
+    ):
+        if (ROOT / path).exists():
+            assert path in scanned, path
+    assert not set(NOT_SCANNED) & scanned
+    assert "tests/test_chapter_numbers.py" not in scanned  # its planted examples
+
+
 def test_every_topic_has_words_and_a_number() -> None:
     assert set(toc_numbers().values()) == set(TOPIC_WORDS)
 
@@ -387,6 +438,21 @@ def test_every_chapter_mention_names_the_right_chapter() -> None:
             "# as chapter 6 measures",
             False,
         ),  # the file's own chapter
+        # files the first scan (a list of globs) did not read: the PDF's style sheet,
+        # the workflows, the book's configuration
+        (
+            "scripts/pdf/book-pages.css",
+            "/* a solution taller than a page (ch06's third, with its figure) */",
+            True,
+        ),
+        (
+            "scripts/pdf/book-pages.css",
+            "/* a solution taller than a page (the tiny Transformer's third, ch07) */",
+            False,
+        ),
+        (".github/workflows/test.yml", "# chapter 8 runs the kernels", True),
+        (".github/workflows/test.yml", "# chapter 10 runs the kernels", False),
+        ("_config.yml", "# ch 3 is slow to execute: it trains", True),
     ],
 )
 def test_a_planted_stale_mention_fails(
