@@ -32,9 +32,11 @@ The cos/sin table is a value: :func:`rope_cos_sin` returns it and the caller pas
 to :func:`apply_rope`. Angles are formed in float64 and only cos and sin are cast, so
 a float32 (or lower-precision) table is accurate to the rounding of its dtype even at
 positions near :math:`2^{20}`; a float64 table carries the float64 angle's own rounding,
-about :math:`m\theta_i 2^{-53}` radians (:math:`6 \times 10^{-11}` near :math:`2^{20}`),
-far above float64's :math:`1.1 \times 10^{-16}`. The derivation, the layouts and the precision study are in the chapter;
-the functions here implement them.
+about :math:`m\theta_i 2^{-53}` radians (:math:`1.2 \times 10^{-10}` at
+:math:`m = 2^{20}` for :math:`\theta_0 = 1`; the table's error measured at
+:math:`m = 2^{20} - 1`, ``D = 128``: :math:`5.9 \times 10^{-11}`), far above float64's
+:math:`1.1 \times 10^{-16}`. The derivation, the layouts and the precision study are in
+the chapter; the functions here implement them.
 """
 
 from __future__ import annotations
@@ -116,12 +118,13 @@ def rope_cos_sin(
     of ``dtype`` of the exact value, also at positions near :math:`2^{20}` (measured
     against 50-digit arithmetic: :math:`3.0 \times 10^{-8}` at :math:`m = 2^{20} - 1`,
     ``D = 128``, under float32's half step :math:`6.0 \times 10^{-8}`); in float64 the
-    angle's own rounding, about :math:`m\theta_i 2^{-53}` radians, dominates
-    (:math:`5.9 \times 10^{-11}` there). An angle formed in float32 instead carries a
-    *relative* error of about :math:`2^{-23}`, i.e. :math:`m\theta_i 2^{-23}` radians:
-    the chapter measures up to 3.9 half steps of the float32 grid at the angle and
-    :math:`1.1 \times 10^{-7} m` radians at ``D = 4096`` (0.06 rad for pair 1 of
-    ``D = 128`` just below :math:`2^{20}`).
+    angle's own rounding, about :math:`m\theta_i 2^{-53}` radians
+    (:math:`1.2 \times 10^{-10}` there for :math:`\theta_0 = 1`), dominates: the table's
+    error there is :math:`5.9 \times 10^{-11}`. An angle formed in float32 instead
+    carries a *relative* error of about :math:`2^{-23}`, i.e.
+    :math:`m\theta_i 2^{-23}` radians: the chapter measures up to 3.9 half steps of the
+    float32 grid at the angle and :math:`1.1 \times 10^{-7} m` radians at ``D = 4096``
+    (0.06 rad for pair 1 of ``D = 128`` just below :math:`2^{20}`).
 
     Args:
         positions: position ids ``m``, an integer or floating-point tensor (empty: an
