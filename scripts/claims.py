@@ -9,7 +9,9 @@ chapters make from training is mirrored in a test marked ``trained`` in
 as is              the environment as it is
 jitter +1e-7       ``COMPANION_INIT_JITTER=1e-7``: each initial weight times ``1 + 1e-7 u``
 jitter -1e-7       ``COMPANION_INIT_JITTER=-1e-7``
-one thread         ``OMP_NUM_THREADS=1`` (and ``torch.set_num_threads(1)`` in conftest)
+one thread         ``OMP_NUM_THREADS=1`` and ``MKL_NUM_THREADS=1``; ``tests/conftest.py``
+                   then calls ``torch.set_num_threads(1)``: torch's intra-op pool on one
+                   thread (its inter-op pool is left as it is)
 ATen default       ``ATEN_CPU_CAPABILITY=default``: ATen's portable kernels, no AVX2/AVX-512
 other seeds        ``COMPANION_SEED_OFFSET=100``: every experiment on seeds it never showed
 =================  =========================================================================
@@ -23,8 +25,12 @@ Usage::
     python scripts/claims.py                      # every variant
     python scripts/claims.py --variants "as is" "jitter +1e-7"
     python scripts/claims.py -k relative          # a subset of the claims (pytest's -k)
-    python scripts/claims.py --jobs 2             # two variants at a time (each on one
-                                                  # thread, "as is" on the default count)
+    python scripts/claims.py --jobs 2             # two variants at a time, each on
+                                                  # cores/2 threads (one on a 2-core
+                                                  # machine, where every variant then
+                                                  # runs single-threaded like "one
+                                                  # thread"); "as is" keeps the
+                                                  # environment's thread count
 """
 
 from __future__ import annotations
@@ -101,7 +107,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("-k", default=None, help="pytest -k expression")
     parser.add_argument(
         "--jobs", type=int, default=1, help="variants run at once (each then on "
-        "cores/jobs threads, the one-thread variant on one)"
+        "cores/jobs threads, the one-thread variant on one, 'as is' on the "
+        "environment's count)"
     )  # fmt: skip
     args = parser.parse_args(argv)
     pytest_args = ["-k", args.k] if args.k else []
