@@ -47,6 +47,7 @@ __all__ = [
     "mask_from_torch_mha",
     "measure_peak_memory",
     "scaled_dot_product_attention",
+    "softmax_scale",
     "tiled_attention",
 ]
 
@@ -59,10 +60,34 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _scale(scale: object, query: torch.Tensor) -> float:
-    """The factor on the scores: ``scale`` validated, or ``1/sqrt(D)``."""
+def softmax_scale(query: torch.Tensor, scale: float | None = None) -> float:
+    r"""The factor on the scores before the softmax: ``scale`` if given, else
+    :math:`1/\sqrt{D}` with :math:`D` the query's last size (the default of
+    :func:`torch.nn.functional.scaled_dot_product_attention`).
+
+    The one home of that default, shared by :func:`scaled_dot_product_attention` and
+    the relative-position scores of :mod:`companion.relative`.
+
+    Args:
+        query: the queries; only the size of the last dimension is read.
+        scale: a positive real, or ``None`` for :math:`1/\sqrt{D}`.
+
+    Returns:
+        The factor, a Python float.
+
+    Shape:
+        query: ``(..., L, D)`` with ``D >= 1``.
+    """
+    _validate.tensor("query", query, min_ndim=1, meaning="(..., L, D)")
     scale = _validate.optional(_validate.positive_real, "scale", scale)
-    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    if scale is not None:
+        return scale
+    if query.shape[-1] < 1:
+        raise ValueError(
+            f"query must have a last size D >= 1 for the default scale 1/sqrt(D), "
+            f"got shape {tuple(query.shape)}"
+        )
+    return 1.0 / math.sqrt(query.shape[-1])
 
 
 # ---- alignment scores before the Transformer -----------------------------------------
@@ -292,7 +317,7 @@ def _inputs(
         _validate.tensor("value", value)  # raises: a value is needed here
     batch = _validate.attention_inputs(query, key, None if value is ... else value)
     is_causal = _validate.flag("is_causal", is_causal)
-    scale = _scale(scale, query)
+    scale = softmax_scale(query, scale)
     if mask is not None:
         shape = (*batch, query.shape[-2], key.shape[-2])
         mask = _validate.mask("mask", mask, shape, "query", query)

@@ -38,7 +38,7 @@ import math
 import torch
 
 from companion import _validate
-from companion.positional import _frequencies
+from companion.positional import inverse_frequencies
 
 __all__ = [
     "alibi_bias",
@@ -108,7 +108,7 @@ def linear_scaling_frequencies(
         - output: ``(D/2,)``
     """
     s = _validate.real("factor", factor, minimum=1.0)
-    return _frequencies("head_dim", head_dim, base) / s
+    return inverse_frequencies(head_dim, base=base, name="head_dim") / s
 
 
 def ntk_aware_base(base: float, factor: float, head_dim: int) -> float:
@@ -162,7 +162,9 @@ def ntk_scaling_frequencies(
     Shape:
         - output: ``(D/2,)``
     """
-    return _frequencies("head_dim", head_dim, ntk_aware_base(base, factor, head_dim))
+    return inverse_frequencies(
+        head_dim, base=ntk_aware_base(base, factor, head_dim), name="head_dim"
+    )
 
 
 def dynamic_ntk_frequencies(
@@ -398,7 +400,7 @@ def yarn_frequencies(
     )
     if mscale is None:
         mscale = yarn_attention_factor(s)
-    theta = _frequencies("head_dim", head_dim, base)
+    theta = inverse_frequencies(head_dim, base=base, name="head_dim")
     return theta * ((1 - ramp) + ramp / s), mscale
 
 
@@ -451,7 +453,9 @@ def llama3_frequencies(
             f"high_freq_factor must be > low_freq_factor, got high_freq_factor={hi:g}, "
             f"low_freq_factor={lo:g}"
         )
-    theta = _frequencies("head_dim", head_dim, base)  # validates both first
+    theta = inverse_frequencies(
+        head_dim, base=base, name="head_dim"
+    )  # validates both first
     wavelength = 2 * math.pi / theta
     mu = ((n0 / wavelength - lo) / (hi - lo)).clamp(0.0, 1.0)  # 0 = scaled, 1 = kept
     scaled = (1 - mu) * theta / s + mu * theta

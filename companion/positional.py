@@ -45,6 +45,7 @@ from companion import _validate
 
 __all__ = [
     "SinusoidalPositionalEncoding",
+    "inverse_frequencies",
     "shift_matrix",
     "sinusoidal_dot_products",
     "sinusoidal_encoding",
@@ -53,14 +54,31 @@ __all__ = [
 ]
 
 
-def _frequencies(name: str, dim: object, base: object) -> Tensor:
-    """``base ** (-2i / dim)`` for ``i = 0 .. dim/2 - 1``, float64 on the CPU.
+def inverse_frequencies(
+    dim: int, *, base: float = 10000.0, name: str = "dim"
+) -> Tensor:
+    r"""The geometric progression :math:`\text{base}^{-2i/D}`, :math:`i = 0, \dots,
+    D/2 - 1`: float64 on the CPU (Hugging Face's ``inv_freq``).
 
-    The one implementation of the geometric progression, shared by
-    :func:`sinusoidal_frequencies`, :func:`companion.rope.rope_frequencies` and the
-    scaled frequencies of :mod:`companion.extension`. Validates ``dim`` (reported as
-    ``name``: ``"dim"`` here, ``"head_dim"`` for RoPE) and ``base`` before computing.
+    The one implementation of the progression, shared by
+    :func:`sinusoidal_frequencies`, :func:`companion.rope.rope_frequencies`, the scaled
+    frequencies of :mod:`companion.extension` and the RoPE variants of
+    :mod:`companion.rope_variants`; each of those validates ``dim`` under its own
+    argument name, which ``name`` carries into the error message.
+
+    Args:
+        dim: the width ``D``; a positive even integer.
+        base: the base of the progression, a real number > 1.
+        name: the argument name a bad ``dim`` is reported under (``"head_dim"`` for
+            RoPE's callers).
+
+    Returns:
+        The frequencies, float64.
+
+    Shape:
+        output: ``(D // 2,)``.
     """
+    name = _validate.instance("name", name, str, "a str")
     dim = _validate.positive_int(name, dim, even=True)
     base = _validate.real("base", base, exclusive_minimum=1.0)
     i = torch.arange(dim // 2, dtype=torch.float64)  # pair index, 0 .. D/2 - 1
@@ -84,7 +102,7 @@ def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> Tensor:
     Shape:
         output: ``(D // 2,)``.
     """
-    return _frequencies("dim", dim, base)
+    return inverse_frequencies(dim, base=base)
 
 
 def sinusoidal_wavelengths(dim: int, *, base: float = 10000.0) -> Tensor:
@@ -144,7 +162,7 @@ def sinusoidal_encoding(
     num_positions = _validate.nonnegative_int("num_positions", num_positions)
     dtype = _validate.dtype("dtype", dtype)
     device = _validate.device("device", device)
-    omega = _frequencies("dim", dim, base).to(device)  # (D/2,) float64
+    omega = inverse_frequencies(dim, base=base).to(device)  # (D/2,) float64
     pos = torch.arange(num_positions, dtype=torch.float64, device=device)  # (L,)
     angles = pos[:, None] * omega[None, :]  # (L, D/2) float64: 6.4e-11 rad off at 1e6
     pe = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1)  # (L, D/2, 2)
@@ -193,7 +211,7 @@ def shift_matrix(
     k = _validate.real("k", k)
     dtype = _validate.dtype("dtype", dtype)
     device = _validate.device("device", device)
-    angle = k * _frequencies("dim", dim, base)  # (D/2,) float64
+    angle = k * inverse_frequencies(dim, base=base)  # (D/2,) float64
     c, s = torch.cos(angle), torch.sin(angle)
     rows = (torch.stack((c, -s), -1), torch.stack((s, c), -1))  # (D/2, 2) each
     blocks = torch.stack(rows, -2)  # (D/2, 2, 2)
@@ -223,7 +241,7 @@ def sinusoidal_dot_products(
         offsets: ``(...)``; output: ``(...)``.
     """
     offsets = _validate.tensor("offsets", offsets, dtype=("integer", "floating"))
-    omega = _frequencies("dim", dim, base).to(offsets.device)  # (D/2,)
+    omega = inverse_frequencies(dim, base=base).to(offsets.device)  # (D/2,)
     k = offsets.to(torch.float64)
     return torch.cos(k[..., None] * omega).sum(-1)  # (...)
 

@@ -65,14 +65,14 @@ import torch
 from torch import Tensor, nn
 
 from companion import _validate
-from companion.attention import _scale, scaled_dot_product_attention
+from companion.attention import scaled_dot_product_attention, softmax_scale
 from companion.model import (
     CausalSelfAttention,
     ModelConfig,
     RotarySelfAttention,
     TinyTransformer,
 )
-from companion.positional import _frequencies, sinusoidal_dot_products
+from companion.positional import inverse_frequencies, sinusoidal_dot_products
 from companion.rope import rope_frequencies
 
 __all__ = [
@@ -462,7 +462,7 @@ def shaw_scores(
         output: ``(..., L, S)``.
     """
     k, offset = _shaw_inputs(query, key, rel_key, query_offset)
-    s = _scale(scale, query)
+    s = softmax_scale(query, scale)
     length, keys = query.shape[-2], key.shape[-2]
     index = shaw_relative_index(
         length, keys, k, query_offset=offset, device=query.device
@@ -623,7 +623,7 @@ def transformer_xl_encoding(
         output: ``(S, D)``.
     """
     keys = _validate.nonnegative_int("key_length", key_length)
-    omega = _frequencies("dim", dim, base)  # (D/2,) float64
+    omega = inverse_frequencies(dim, base=base)  # (D/2,) float64
     dtype = _validate.dtype("dtype", dtype)
     device = _validate.device("device", device)
     angles = torch.arange(keys, dtype=torch.float64)[:, None] * omega  # (S, D/2)
@@ -698,7 +698,7 @@ def transformer_xl_scores(
         bias = _validate.tensor_like(name, bias, "query", query, min_ndim=1)
         _validate.size(name, bias, -1, query.shape[-1], "D, query's width")
         _validate.broadcasts_to(name, bias, query.shape, "query's shape")
-    s = _scale(scale, query)
+    s = softmax_scale(query, scale)
     content = (query + u) @ key.transpose(-2, -1)  # (a) + (c): (..., L, S)
     by_distance = (query + v) @ rel_key.flip(-2).transpose(-2, -1)  # columns: S-1 .. 0
     position = rel_shift(by_distance)  # (b) + (d), column j = distance i - j
@@ -795,7 +795,9 @@ def longrope_frequencies(
     Shape:
         inv_freq: ``(D/2,)``.
     """
-    theta = _frequencies("head_dim", head_dim, base)  # validates head_dim and base
+    theta = inverse_frequencies(
+        head_dim, base=base, name="head_dim"
+    )  # validates head_dim and base
     pairs = theta.shape[0]
     short = _pair_factors("short_factor", short_factor, pairs)
     long = _pair_factors("long_factor", long_factor, pairs)
@@ -998,7 +1000,7 @@ def axial_rope_frequencies(head_dim: int, *, base: float = 100.0) -> Tensor:
         raise ValueError(
             f"head_dim must be a multiple of 4 (two axes of pairs), got {d}"
         )
-    return _frequencies("head_dim", d // 2, base)
+    return inverse_frequencies(d // 2, base=base, name="head_dim")
 
 
 def grid_positions(
@@ -1166,7 +1168,7 @@ def rope_base_lower_bound(
     weights = 2 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim  # 2i/D
     b = lo
     while b <= hi:
-        theta = _frequencies("head_dim", head_dim, b)
+        theta = inverse_frequencies(head_dim, base=b, name="head_dim")
         rate = _largest_deficit_rate(theta, n)  # B(0) = D/2 > 0 is no witness
         if rate <= 0:
             if b == lo:
@@ -1207,7 +1209,7 @@ def critical_dimension(head_dim: int, base: float, training_length: int) -> int:
     Returns:
         The number of dimensions, an even int in ``[0, D]``.
     """
-    theta = _frequencies("head_dim", head_dim, base)
+    theta = inverse_frequencies(head_dim, base=base, name="head_dim")
     t = _validate.positive_int("training_length", training_length)
     wavelengths = 2 * math.pi / theta
     return 2 * int((wavelengths <= t).sum())

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from companion import _rope_fast, _validate
-from companion.positional import _frequencies
+from companion.positional import inverse_frequencies
 
 __all__ = [
     "LAYOUTS",
@@ -85,7 +85,7 @@ def rope_frequencies(head_dim: int, *, base: float = 10000.0) -> Tensor:
     Shape:
         output: ``(D // 2,)``.
     """
-    return _frequencies("head_dim", head_dim, base)
+    return inverse_frequencies(head_dim, base=base, name="head_dim")
 
 
 def _angles(

@@ -26,6 +26,7 @@ from companion.attention import (
     mask_from_torch_mha,
     measure_peak_memory,
     scaled_dot_product_attention,
+    softmax_scale,
     tiled_attention,
 )
 
@@ -498,6 +499,30 @@ def _sdpa(**override):
 
 SDPA = "scaled_dot_product_attention"
 BAD_INPUTS = [
+    (
+        "softmax_scale",
+        lambda: softmax_scale([[1.0]]),
+        TypeError,
+        r"^query must be a torch.Tensor, got a list",
+    ),
+    (
+        "softmax_scale",
+        lambda: softmax_scale(torch.zeros(3, 4), scale=0.0),
+        ValueError,
+        r"^scale must be a real number > 0, got 0.0",
+    ),
+    (
+        "softmax_scale",
+        lambda: softmax_scale(torch.zeros(3, 4), scale="0.5"),
+        TypeError,
+        r"^scale must be a real number",
+    ),
+    (
+        "softmax_scale",
+        lambda: softmax_scale(torch.zeros(3, 0)),
+        ValueError,
+        r"^query must have a last size D >= 1 .* got shape \(3, 0\)",
+    ),
     (
         SDPA,
         _sdpa(backend="flash"),
@@ -1167,3 +1192,20 @@ def test_valid_multi_head_calls_never_raise(heads, per_head, length, bias, causa
     x = torch.randn(2, length, heads * per_head, dtype=torch.float64)
     mask = None if causal else torch.ones(length, length, dtype=torch.bool)
     assert mha(x, x, x, mask=mask, is_causal=causal).shape == x.shape
+
+
+# ---- the softmax scale -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d", [1, 8, 64, 96])
+def test_softmax_scale_is_torchs_default(d) -> None:
+    """Attention computed with ``softmax_scale(query)`` passed as ``scale`` equals
+    torch's own default (``scale=None``); an explicit scale passes through unchanged."""
+    q, k, v = (torch.randn(2, 3, 5, d, dtype=torch.float64) for _ in range(3))
+    assert softmax_scale(q) == 1.0 / math.sqrt(d)
+    torch.testing.assert_close(
+        F.scaled_dot_product_attention(q, k, v, scale=softmax_scale(q)),
+        F.scaled_dot_product_attention(q, k, v),
+    )
+    assert softmax_scale(q, 0.25) == 0.25
+    assert softmax_scale(torch.zeros(0, d)) == 1.0 / math.sqrt(d)  # only D is read

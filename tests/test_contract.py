@@ -49,6 +49,7 @@ MODULES = [
 #: names a message may use for an argument that is not a parameter of the signature
 ARGUMENTS_BEYOND_THE_SIGNATURE = {
     "environment.default_device": {"COMPANION_DEVICE"},  # read from the environment
+    "positional.inverse_frequencies": {"head_dim"},  # `name`: the caller's argument
     "experiments.init_jitter": {"COMPANION_INIT_JITTER"},
     "experiments.seed_offset": {"COMPANION_SEED_OFFSET"},
     "experiments.seeds": {"COMPANION_SEED_OFFSET"},

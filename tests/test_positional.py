@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from companion import checks
 from companion.positional import (
     SinusoidalPositionalEncoding,
+    inverse_frequencies,
     shift_matrix,
     sinusoidal_dot_products,
     sinusoidal_encoding,
@@ -303,6 +305,30 @@ MODULE = SinusoidalPositionalEncoding(8, max_len=4)
 # (public name, call, exception, message): the bad-input contract, also run by
 # tests/test_contract.py for every name in companion.positional.__all__
 BAD_INPUTS = [
+    (
+        "inverse_frequencies",
+        lambda: inverse_frequencies(7, name="head_dim"),
+        ValueError,
+        "head_dim must be an even int, got 7",
+    ),
+    (
+        "inverse_frequencies",
+        lambda: inverse_frequencies(0),
+        ValueError,
+        "^dim must be a positive even int, got 0",
+    ),
+    (
+        "inverse_frequencies",
+        lambda: inverse_frequencies(8, base=1.0),
+        ValueError,
+        "base must be a real number > 1",
+    ),
+    (
+        "inverse_frequencies",
+        lambda: inverse_frequencies(8, name=3),
+        TypeError,
+        "^name must be a str, got 3",
+    ),
     (
         "sinusoidal_encoding",
         lambda: sinusoidal_encoding(10**20, 4),
@@ -856,3 +882,26 @@ def test_plot_helpers_draw_and_validate() -> None:
         plotting.curves(ax, x, {"a": torch.zeros(4)})
     with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
         plotting.curves(None, x, {"a": x})
+
+
+# ---- the shared progression ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("dim", "base"), [(2, 10000.0), (8, 10000.0), (128, 5e5)])
+def test_inverse_frequencies_is_metas_formula(dim, base) -> None:
+    """Against Meta's ``1 / theta ** (arange(0, dim, 2) / dim)``, in NumPy float64."""
+    theirs = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    ours = inverse_frequencies(dim, base=base)
+    assert ours.dtype == torch.float64 and ours.device.type == "cpu"
+    np.testing.assert_allclose(ours.numpy(), theirs, rtol=1e-15, atol=0)
+
+
+def test_inverse_frequencies_serves_the_sinusoids_and_rope() -> None:
+    from companion.rope import rope_frequencies
+
+    assert torch.equal(inverse_frequencies(64), sinusoidal_frequencies(64))
+    assert torch.equal(
+        inverse_frequencies(64, base=5e5), rope_frequencies(64, base=5e5)
+    )
+    with pytest.raises(ValueError, match=r"^head_dim must be an even int, got 63"):
+        rope_frequencies(63)  # RoPE's callers report their own argument name
