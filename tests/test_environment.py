@@ -211,9 +211,6 @@ def test_required_packages_are_the_declared_dependencies() -> None:
         name, _, minimum = spec.partition(">=")
         declared[name.strip().lower()] = minimum.strip()
     for name, minimum in environment.REQUIRED_PACKAGES.items():
-        if name == "ipython":  # comes with ipykernel, which the book extra declares
-            assert "ipykernel" in declared
-            continue
         assert declared.get(name) == minimum, (
             f"{name}: pyproject says {declared.get(name)}"
         )
