@@ -50,7 +50,7 @@ done by stacking the query heads that share a key/value head along the query axi
 by copying keys; RoPE is :func:`companion.rope.apply_rope` on the table of
 :func:`companion.rope.rope_cos_sin` with the frequencies of
 :func:`companion.rope.rope_frequencies`, of :mod:`companion.extension` (linear, dynamic
-NTK, YaRN, Llama 3) or of :func:`companion.relative.longrope_frequencies`; ALiBi is
+NTK, YaRN, Llama 3) or of :func:`companion.rope_variants.longrope_frequencies`; ALiBi is
 :func:`companion.extension.alibi_bias`; the norms are
 :class:`companion.norm.RMSNorm` (its ``llama``, ``torch`` and ``gemma`` variants) and
 :class:`companion.norm.LayerNorm`.
@@ -410,7 +410,7 @@ def _rope_table(
             attention_factor=p.get("attention_factor"),
         )
     elif kind == "longrope":
-        from companion.relative import longrope_frequencies  # imports nothing here
+        from companion.rope_variants import longrope_frequencies  # imports nothing here
 
         freqs, scale = longrope_frequencies(
             dim,

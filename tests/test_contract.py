@@ -35,6 +35,7 @@ MODULES = [
     "rope",
     "extension",
     "relative",
+    "rope_variants",
     "attention",
     "norm",
     "model",

@@ -19,11 +19,11 @@ import math
 import pytest
 import torch
 
-from companion.relative import (
+from companion.relative import t5_relative_position_bucket
+from companion.rope_variants import (
     longrope_attention_factor,
     rope_base_lower_bound,
     rope_decay_sum,
-    t5_relative_position_bucket,
 )
 
 transformers = pytest.importorskip("transformers")
@@ -97,7 +97,7 @@ def test_base_bound_at_1024_matches_the_paper() -> None:
 def test_real_models_against_the_decay_sum() -> None:
     """The table of the section on the base: min B(m) over m <= context, the first
     negative m, the critical dimension (D = 128)."""
-    from companion.relative import critical_dimension
+    from companion.rope_variants import critical_dimension
 
     expected = {  # base, context -> (min B rounded, first negative m, critical dim)
         (1e4, 4096): (-8.36, 1707, 92),
@@ -272,7 +272,7 @@ def test_rope_far_keys_are_lifted_by_the_sine_part(comparison) -> None:
     """Review s6-ch03-04, finding 3: in the last layer at t = 50, pair 1's sine part
     gives the far keys (32 or more back) more than the answer, its cosine part less, and
     pair 1 as a whole more (every seed)."""
-    from companion.relative import rope_pair_scores
+    from companion.rope_variants import rope_pair_scores
 
     probe, distance = _rope_probe(comparison)
     far = distance[50] >= 32

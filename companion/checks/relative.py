@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from companion import relative
+from companion import relative, rope_variants
 from companion.checks._core import Case, Mistake, checker
 from companion.rope import rope_frequencies
 
@@ -190,7 +190,7 @@ def check_p_rope_frequencies(
     :math:`\theta_i` for the fastest :math:`\operatorname{round}(p D/2)` pairs, 0 for
     the others.
 
-    Reference: :func:`companion.relative.p_rope_frequencies`. Cases: ``(8, 0.5)``,
+    Reference: :func:`companion.rope_variants.p_rope_frequencies`. Cases: ``(8, 0.5)``,
     ``(128, 0.25)``, ``(64, 0.75)``, ``(16, 1.0)``, base 10000 (500000 for one), and
     ``(64, 0.3)``, where :math:`pD/2 = 9.6` is not whole. Named mistakes: "slowest
     pairs kept" (the fastest set to zero instead), "pairs removed" (a shorter vector:
@@ -217,7 +217,7 @@ def check_p_rope_frequencies(
         yield Case(
             f"the fastest {kept} of {head_dim // 2} pairs turn (D = {head_dim}, p = {p})",
             {"head_dim": head_dim, "fraction": p, "base": base},
-            relative.p_rope_frequencies(head_dim, p, base=base),
+            rope_variants.p_rope_frequencies(head_dim, p, base=base),
             [
                 Mistake(
                     "slowest pairs kept",
@@ -255,7 +255,7 @@ def check_decay_sum(decay_sum: Callable[..., object]) -> Iterator[Case]:
     r"""Check a learner's ``decay_sum(offsets, head_dim, base)``: Men et al.'s
     :math:`B(m) = \sum_{i=0}^{D/2-1} \cos(m\,\theta_i)` at each offset :math:`m`.
 
-    Reference: :func:`companion.relative.rope_decay_sum`. Cases: offsets 0 to 4095 at
+    Reference: :func:`companion.rope_variants.rope_decay_sum`. Cases: offsets 0 to 4095 at
     :math:`D = 128`, :math:`b = 10^4` (Llama 2), and 0 to 100 at :math:`D = 8`,
     :math:`b = 100`. Named mistakes: "sine in place of cosine", "averaged over the
     pairs" (divided by :math:`D/2`), "sum over D frequencies" (:math:`\theta_i =
@@ -275,7 +275,7 @@ def check_decay_sum(decay_sum: Callable[..., object]) -> Iterator[Case]:
         yield Case(
             f"B(m) for D = {head_dim}, b = {base:g}, m = 0..{count - 1}",
             {"offsets": m, "head_dim": head_dim, "base": base},
-            relative.rope_decay_sum(m, head_dim, base=base),
+            rope_variants.rope_decay_sum(m, head_dim, base=base),
             [
                 Mistake(
                     "sine in place of cosine",

@@ -15,6 +15,7 @@ from companion import relative
 from companion.checks import relative as rchecks
 from companion.checks._core import CheckError
 from companion.rope import rope_frequencies
+from companion.rope_variants import p_rope_frequencies, rope_decay_sum
 
 # ---- check_t5_bucket -------------------------------------------------------------------
 
@@ -186,8 +187,8 @@ def p_rope_numpy(head_dim, fraction, base):
     "answer",
     [
         p_rope_numpy,
-        lambda d, p, b: relative.p_rope_frequencies(d, p, base=b),
-        lambda d, p, b: relative.p_rope_frequencies(d, p, base=b).float(),
+        lambda d, p, b: p_rope_frequencies(d, p, base=b),
+        lambda d, p, b: p_rope_frequencies(d, p, base=b).float(),
     ],
     ids=["numpy", "companion", "float32"],
 )
@@ -234,9 +235,9 @@ def decay_float32(offsets, head_dim, base):
     "answer",
     [
         decay_numpy,
-        lambda m, d, b: relative.rope_decay_sum(m, d, base=b),
+        lambda m, d, b: rope_decay_sum(m, d, base=b),
         decay_float32,  # 4.5e-4 off at m = 3535: correct, in float32
-        lambda m, d, b: relative.rope_decay_sum(m, d, base=b).tolist(),
+        lambda m, d, b: rope_decay_sum(m, d, base=b).tolist(),
     ],
     ids=["numpy", "companion", "float32", "list"],
 )
@@ -247,9 +248,9 @@ def test_decay_sum_accepts(answer) -> None:
 @pytest.mark.parametrize(
     "answer",
     [
-        lambda m, d, b: relative.rope_decay_sum(m + 1, d, base=b),  # offsets from 1
-        lambda m, d, b: relative.rope_decay_sum(m, d, base=b) - 1,  # pair 0 left out
-        lambda m, d, b: relative.rope_decay_sum(m, d, base=b * 1.01),  # other base
+        lambda m, d, b: rope_decay_sum(m + 1, d, base=b),  # offsets from 1
+        lambda m, d, b: rope_decay_sum(m, d, base=b) - 1,  # pair 0 left out
+        lambda m, d, b: rope_decay_sum(m, d, base=b * 1.01),  # other base
     ],
     ids=["offsets-from-1", "pair-0-left-out", "base-1.01b"],
 )
