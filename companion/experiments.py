@@ -1301,9 +1301,9 @@ def train_capstone_scheme(
     scheme: str,
     seed_list: Sequence[int],
     *,
-    budgets: Sequence[int] = (500, 1000),
-    lr: float = 1e-2,
-    warmup_steps: int = 50,
+    budgets: Sequence[int] = CAPSTONE_BUDGETS,
+    lr: float = CAPSTONE_LR,
+    warmup_steps: int = CAPSTONE_WARMUP_STEPS,
     device: torch.device | str | None = None,
     progress: bool = False,
 ) -> dict[int, SeedRuns]:
@@ -1463,8 +1463,8 @@ def first_relapse(
 def warmup_runs(
     seed_list: Sequence[int],
     *,
-    steps: int = 150,
-    lr: float = 3e-2,
+    steps: int = WARMUP_RUN_STEPS,
+    lr: float = WARMUP_RUN_LR,
     num_layers: int = 4,
     configs: dict[str, tuple[str, int]] | None = None,
     device: torch.device | str | None = None,

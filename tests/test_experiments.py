@@ -1384,3 +1384,18 @@ def test_modern_bad_input_raises_a_named_error(
 ) -> None:
     with pytest.raises(error, match=match):
         thunk()  # type: ignore[operator]
+
+
+def test_chapter_settings_are_the_ones_their_prose_states() -> None:
+    """Chapters 4 and 7 and their claims tests read these constants (one home, so the
+    test and the chapter cannot drift); the prose states their values: three seeds per
+    scheme, T5 again over six; budgets of 500 and 1,000 steps at a peak rate of 1e-2
+    after 50 warm-up steps; the warm-up experiment's six seeds, 150 steps at 3e-2; the
+    third exercise's 100 steps for the learned table and 600 for RoPE."""
+    assert (E.POSITION_FAMILY_SEEDS, E.POSITION_FAMILY_T5_SEEDS) == (3, 6)
+    assert E.POSITION_FAMILY_STEPS["t5"] == 400
+    assert E.CAPSTONE_SEEDS == 3 and E.CAPSTONE_BUDGETS == (500, 1000)
+    assert (E.CAPSTONE_LR, E.CAPSTONE_WARMUP_STEPS) == (1e-2, 50)
+    assert (E.WARMUP_RUN_SEEDS, E.WARMUP_RUN_STEPS, E.WARMUP_RUN_LR) == (6, 150, 3e-2)
+    assert E.ABSOLUTE_STEPS == {"learned": 100, "rope": 600}
+    assert E.WARMUP_CONFIGS["post-LN + warm-up"] == ("post", 30)

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from companion.relative import t5_relative_position_bucket
+from companion.rope import rope_frequencies
 from companion.rope_variants import (
     longrope_attention_factor,
     rope_base_lower_bound,
@@ -134,13 +135,32 @@ def test_from_hf_copies_longrope_but_not_every_rope_type() -> None:
     assert sorted(set(ROPE_INIT_FUNCTIONS) - set(ROPE_TYPES)) == ["proportional"]
 
 
+def test_rope_pair_1_sine_part_flips_sign_at_half_a_turn() -> None:
+    """The chapters' statement of why RoPE fails past 2 L0, checked without training.
+    The bench's second pair (D = 8, b = 1e4) has theta_1 = b^(-2/D) = 0.1. Its term in
+    the score of a key d back is a cos(d theta_1) - b sin(d theta_1); the sine part,
+    for a learned b > 0 (one that favours near keys over far ones on the trained
+    distances), is negative on keys 1 to 31 back (the new distances 17 to 31 included)
+    and positive on keys 32 to 62 back: it flips at d = pi / theta_1, in (31, 32)."""
+    theta_1 = rope_frequencies(8, base=1e4)[1].item()
+    assert theta_1 == pytest.approx(1e4 ** (-2 / 8), rel=1e-12)
+    assert 2 * 16 - 1 < math.pi / theta_1 < 2 * 16  # just before 2 L0
+    sine_part = {d: -math.sin(d * theta_1) for d in range(1, 64)}  # b = 1
+    assert all(sine_part[d] < 0 for d in range(1, 32))
+    assert all(sine_part[d] > 0 for d in range(32, 63))
+    assert sine_part[63] < 0  # past the full turn, 2 pi / theta_1 = 62.8, it flips back
+    # over the trained distances the sine part falls: nearer keys score higher
+    assert all(sine_part[d] > sine_part[d + 1] for d in range(1, 15))
+
+
 # ---- The trained comparison (mirrors the chapter's asserts) -------------------------
 # One module-scoped run of companion.experiments.compare_position_schemes, the chapter's
-# own call (its budgets, experiments.seeds(3)), and T5 again over experiments.seeds(6):
-# `make claims` reruns these under every variant (jitter, one thread, ATen default,
-# other seeds), so each bound here is one that held in all of them.
+# own call (its budgets and seed counts, from companion.experiments), and T5 again over
+# seeds(POSITION_FAMILY_T5_SEEDS): `make claims` reruns these under every variant
+# (jitter, one thread, ATen default, other seeds); a bound is kept only if it holds in
+# all of them.
 
-# the bounds the chapter states (each held in every variant of make claims)
+# the bounds the chapter states (make claims reruns each under every variant)
 T5_LOW = 0.95
 T5_HIGH = 0.98
 T5_FLOOR = 0.4
@@ -156,7 +176,8 @@ def comparison():
 
     torch.set_num_threads(1)
     return experiments.compare_position_schemes(
-        steps=experiments.POSITION_FAMILY_STEPS, seeds=experiments.seeds(3)
+        steps=experiments.POSITION_FAMILY_STEPS,
+        seeds=experiments.seeds(experiments.POSITION_FAMILY_SEEDS),
     )
 
 
@@ -166,7 +187,9 @@ def t5_six():
 
     torch.set_num_threads(1)
     return experiments.compare_position_schemes(
-        ("t5",), steps=400, seeds=experiments.seeds(6)
+        ("t5",),
+        steps=experiments.POSITION_FAMILY_STEPS["t5"],
+        seeds=experiments.seeds(experiments.POSITION_FAMILY_T5_SEEDS),
     )
 
 
