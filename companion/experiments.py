@@ -932,9 +932,13 @@ def compare_position_schemes(
 __all__ += [
     "MODERN_SIZES",
     "MODERN_TASK",
+    "STABILITY_CAP",
     "STABILITY_RUNS",
+    "STABILITY_STEPS",
     "StabilityMeasures",
+    "first_attention_step",
     "first_token_mass",
+    "lag_weight",
     "measure_stability",
     "modern_probe",
     "stability_runs",
@@ -956,12 +960,19 @@ STABILITY_RUNS: dict[str, tuple[str, float]] = {
 """Chapter 9's stability runs — label -> (attention of
 :class:`~companion.modern.ModernTinyTransformer`, AdamW learning rate)."""
 
+STABILITY_STEPS = 200
+"""Chapter 9's stability runs — optimization steps of every run."""
+
+STABILITY_CAP = 5.0
+"""Chapter 9's stability runs — the soft-cap of the ``"softcap"`` runs (Gemma 2's is 50;
+this one the tiny model's logits reach)."""
+
 
 def stability_runs(
     seed_list: Sequence[int],
     *,
-    steps: int = 200,
-    cap: float = 5.0,
+    steps: int = STABILITY_STEPS,
+    cap: float = STABILITY_CAP,
     labels: Sequence[str] | None = None,
 ) -> dict[str, SeedRuns]:
     """Chapter 9's stability runs: each of :data:`STABILITY_RUNS` over ``seed_list``.
@@ -1039,6 +1050,12 @@ class StabilityMeasures:
             ``1/sqrt(D)``, after the cap where there is one) on the probe, ``(seeds,)``.
         raw_logit: the same before the cap (the soft-capped model's weights run without
             it); equal to ``largest_logit`` where there is no cap, ``(seeds,)``.
+        one_hot: the fraction of the probe's attention rows (every layer, head and
+            sequence, queries ``t >= 1``; query 0 sees one key) whose largest weight
+            passes 0.99, ``(seeds,)``.
+        spike: the largest training loss of a step after the first step whose loss is
+            below 0.01 (a trained run's spikes), ``(seeds,)``; NaN where no step gets
+            below 0.01.
         saturated: the fraction of the causal scores within 1% of the cap, ``(seeds,)``;
             NaN without a cap.
         zero_slope: the fraction of the causal scores where the cap's slope
@@ -1056,6 +1073,8 @@ class StabilityMeasures:
     accuracy: torch.Tensor
     largest_logit: torch.Tensor
     raw_logit: torch.Tensor
+    one_hot: torch.Tensor
+    spike: torch.Tensor
     saturated: torch.Tensor
     zero_slope: torch.Tensor
     bound: torch.Tensor
@@ -1074,8 +1093,9 @@ class StabilityMeasures:
 def measure_stability(
     runs: SeedRuns, probe: torch.Tensor | None = None
 ) -> StabilityMeasures:
-    """Read the final loss, accuracy, logits, QK-norm bounds and saturation of the
-    trained models of one of :func:`stability_runs`' configurations.
+    """Read the final and lowest loss, the spikes, accuracy, logits, one-hot rows,
+    QK-norm bounds and saturation of the trained models of one of
+    :func:`stability_runs`' configurations.
 
     Args:
         runs: one configuration's :class:`SeedRuns`.
@@ -1104,6 +1124,10 @@ def measure_stability(
         ids = probe.to(device)
         scores = attention_maps(net, ids, scores=True)  # (layers, B, H, L, L)
         finite = [s[s.isfinite()].abs() for s in scores]  # per layer
+        top_weight = scores[..., 1:, :].softmax(-1).amax(-1)  # (layers, B, H, L - 1)
+        rows["one_hot"].append(top_weight.gt(0.99).double().mean().item())
+        low = [i for i, loss in enumerate(curve) if loss < 0.01]
+        rows["spike"].append(max(curve[low[0] :]) if low else nan)
         layers = [m for m in net.modules() if isinstance(m, SoftcapSelfAttention)]
         if layers:  # the same weights without the cap
             plain = ModernTinyTransformer(net.config, attention="rope").to(device)
@@ -1149,6 +1173,92 @@ def measure_stability(
     return StabilityMeasures(
         **{k: torch.tensor(v, dtype=torch.float64) for k, v in rows.items()}
     )
+
+
+@torch.no_grad()
+def lag_weight(
+    models: Sequence[nn.Module],
+    probe: torch.Tensor | None = None,
+    *,
+    lag: int = MODERN_TASK["lag"],
+) -> torch.Tensor:
+    """The attention weight trained tiny models put on the key ``lag`` places back (the
+    lag task's answer): for each model, layer and head, averaged over the probe's
+    sequences and its queries ``t >= lag``.
+
+    Args:
+        models: trained :class:`~companion.model.TinyTransformer` s.
+        probe: token ids (``None``: :func:`modern_probe`).
+        lag: how far back the key sits.
+
+    Returns:
+        float64 ``(models, layers, heads)``.
+    """
+    from companion.modern import attention_maps
+
+    if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
+        raise _validate._fail(
+            TypeError, "models", "a non-empty sequence of trained models", models
+        )
+    probe = modern_probe() if probe is None else probe
+    _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
+    lag = _validate.positive_int("lag", lag)
+    if lag >= probe.shape[1]:
+        raise ValueError(
+            f"lag must be less than the probe's length ({probe.shape[1]}), got {lag}"
+        )
+    out = []
+    for i, net in enumerate(models):
+        _validate.module(f"models[{i}]", net, TinyTransformer)
+        maps = attention_maps(net, probe)  # (layers, B, H, L, L)
+        back = maps[..., lag:, :].diagonal(offset=0, dim1=-2, dim2=-1)  # (.., L - lag)
+        out.append(back.mean(dim=(1, 3)).double())  # (layers, H)
+    return torch.stack(out)
+
+
+def first_attention_step(
+    seed_list: Sequence[int],
+    *,
+    lr: float = STABILITY_RUNS["plain, lr 0.3"][1],
+    device: torch.device | str | None = None,
+) -> dict[str, torch.Tensor]:
+    """AdamW's first step on ``W_Q`` and ``W_K`` of every layer of chapter 9's plain
+    model, measured: the stability runs' first step (:func:`train_batched`, one step of
+    :data:`MODERN_TASK` from the seed), taken on a model built as they build it.
+
+    Args:
+        seed_list: the seeds.
+        lr: AdamW's learning rate (the failing plain run's, 0.3).
+        device: where to compute.
+
+    Returns:
+        ``"initial"``: the weights before the step and ``"step"``: ``|after - before|``,
+        each float64 ``(seeds, layers, 2, dim, dim)`` (index 0 of the third axis is
+        ``W_Q``, 1 is ``W_K``).
+    """
+    from companion.model import CausalSelfAttention
+    from companion.modern import ModernTinyTransformer
+
+    seed_list = _capstone_seeds("seed_list", seed_list)
+    lr = _validate.positive_real("lr", lr)
+    initial, step = [], []
+    for seed in seed_list:
+        net = build(
+            lambda: ModernTinyTransformer(MODERN_SIZES, attention="rope"),
+            seed,
+            device=device,
+        )
+        layers = [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
+
+        def weights(layers: list = layers) -> torch.Tensor:
+            pairs = [torch.stack([m.q_proj.weight, m.k_proj.weight]) for m in layers]
+            return torch.stack(pairs).detach().double()  # (layers, 2, dim, dim)
+
+        before = weights()
+        train_batched([net], seeds=[seed], steps=1, lr=lr, **MODERN_TASK)
+        initial.append(before)
+        step.append((weights() - before).abs())
+    return {"initial": torch.stack(initial), "step": torch.stack(step)}
 
 
 def uniform_first_token_share(length: int = 16, *, start: int = 4) -> float:

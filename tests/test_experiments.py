@@ -1240,6 +1240,15 @@ def test_measure_stability_against_the_attention_it_reads() -> None:
             assert m.accuracy[i].item() == M.accuracy(net, length=16, lag=2)
             assert m.final[i].item() == pytest.approx(sum(r.losses[i][-20:]) / 3)
             assert m.lowest[i].item() == pytest.approx(sum(r.losses[i]) / 3)
+            assert m.spike[i].isnan()  # three steps: no loss below 0.01 yet
+            # one-hot rows, counted row by row from the weights (queries t >= 1)
+            weights = modern.attention_maps(net, probe)  # (layers, B, H, L, L)
+            rows = [
+                float(weights[a, b, h, t, : t + 1].max() > 0.99)
+                for a in range(2) for b in range(8) for h in range(4)
+                for t in range(1, 16)
+            ]  # fmt: skip
+            assert m.one_hot[i].item() == pytest.approx(sum(rows) / len(rows))
         kind = E.STABILITY_RUNS[label][0]
         assert m.bound.isnan().all().item() == (kind != "qk_norm")
         assert m.saturated.isnan().all().item() == (kind != "softcap")
@@ -1247,6 +1256,89 @@ def test_measure_stability_against_the_attention_it_reads() -> None:
             assert (m.layer_logit <= m.bound).all() and (m.gain > 0).all()
         if kind != "softcap":
             assert torch.equal(m.raw_logit, m.largest_logit)
+
+
+def test_measure_stability_reads_the_spike_after_the_first_low_step() -> None:
+    # a curve that gets below 0.01, spikes to 2.5, falls again: the spike is 2.5; the
+    # lowest 20-step mean is the mean of its best window; the final mean its last 20
+    net = M_tiny()
+    curve = [3.0] * 10 + [0.005] * 25 + [2.5] + [0.002] * 24
+    m = E.measure_stability(E.SeedRuns((0,), [curve], [net]), E.modern_probe(2))
+    assert m.spike.item() == 2.5
+    assert m.lowest.item() == pytest.approx(0.002)
+    assert m.final.item() == pytest.approx(0.002)
+    late = [3.0] * 10 + [0.005] * 30 + [1.0] * 20  # a spike at the very end
+    m = E.measure_stability(E.SeedRuns((0,), [late], [net]), E.modern_probe(2))
+    assert m.spike.item() == 1.0 and m.final.item() == 1.0
+    assert m.lowest.item() == pytest.approx(0.005)
+    # uniform attention (zero queries) is nowhere one-hot past query 0
+    with torch.no_grad():
+        for layer in _attention_layers(net):
+            for p in layer.q_proj.parameters():
+                p.zero_()
+    m = E.measure_stability(E.SeedRuns((0,), [late], [net]), E.modern_probe(2))
+    assert m.one_hot.item() == 0.0
+
+
+def test_stability_runs_take_the_exported_settings() -> None:
+    import inspect
+
+    defaults = inspect.signature(E.stability_runs).parameters
+    assert defaults["steps"].default == E.STABILITY_STEPS == 200
+    assert defaults["cap"].default == E.STABILITY_CAP == 5.0
+
+
+def test_lag_weight_of_uniform_attention_is_one_over_the_prefix() -> None:
+    # zero queries: query t spreads evenly over t + 1 keys, so the key two back gets
+    # 1/(t + 1); averaged over t = 2 .. 15, a loop-computed oracle
+    net = E.build(lambda: M_tiny(), 0)
+    with torch.no_grad():
+        for layer in _attention_layers(net):
+            for p in layer.q_proj.parameters():
+                p.zero_()
+    got = E.lag_weight([net, net], E.modern_probe(4))
+    assert got.shape == (2, 2, 4) and got.dtype == torch.float64
+    want = sum(1 / (t + 1) for t in range(2, 16)) / 14
+    torch.testing.assert_close(got, torch.full_like(got, want), atol=1e-6, rtol=0)
+    lag5 = E.lag_weight([net], E.modern_probe(4), lag=5)
+    assert lag5[0, 1, 3].item() == pytest.approx(
+        sum(1 / (t + 1) for t in range(5, 16)) / 11, abs=1e-6
+    )
+
+
+def test_lag_weight_reads_the_key_lag_places_back() -> None:
+    # an initialized model's maps: the oracle is the loop over sequences and queries
+    from companion import modern
+
+    net = E.build(lambda: M_tiny(), 1)
+    probe = E.modern_probe(3)
+    maps = modern.attention_maps(net, probe)  # (layers, B, H, L, L)
+    got = E.lag_weight([net], probe)[0]
+    for layer in range(2):
+        for h in range(4):
+            vals = [
+                maps[layer, b, h, t, t - 2].item()
+                for b in range(3)
+                for t in range(2, 16)
+            ]
+            assert got[layer, h].item() == pytest.approx(sum(vals) / len(vals))
+
+
+def test_first_attention_step_is_lr_times_the_sign_of_the_gradient() -> None:
+    """Oracle: AdamW's first update is lr * g / (|g| + eps) on the first batch of the
+    seed (m_hat = g, v_hat = g^2), for W_Q and W_K of both layers."""
+    got = E.first_attention_step((2,), lr=0.3)
+    assert got["step"].shape == got["initial"].shape == (1, 2, 2, 32, 32)
+    net = E.build(lambda: M_tiny(), 2)
+    x, y = M.lag_task(
+        32, 16, lag=2, vocab_size=16, generator=torch.Generator().manual_seed(2)
+    )
+    F.cross_entropy(net(x).flatten(0, 1), y.flatten()).backward()
+    for a, layer in enumerate(_attention_layers(net)):
+        for b, w in enumerate((layer.q_proj.weight, layer.k_proj.weight)):
+            torch.testing.assert_close(got["initial"][0, a, b], w.detach().double())
+            want = (0.3 * w.grad / (w.grad.abs() + 1e-8)).abs().double()
+            torch.testing.assert_close(got["step"][0, a, b], want, atol=2e-6, rtol=1e-4)
 
 
 def test_measure_stability_reads_a_saturated_cap_and_its_zero_slope() -> None:
@@ -1336,13 +1428,13 @@ MODERN_BAD_INPUTS = [
     ),
     (
         "StabilityMeasures",
-        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 9), [1.0]),
+        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 11), [1.0]),
         TypeError,
         r"^gain must be a torch",
     ),
     (
         "StabilityMeasures",
-        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 9), torch.zeros(3)),
+        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 11), torch.zeros(3)),
         ValueError,
         r"^gain must have size 2",
     ),
@@ -1370,6 +1462,38 @@ MODERN_BAD_INPUTS = [
         lambda: E.first_token_mass([M_tiny()], E.modern_probe(2), start=16),
         ValueError,
         r"^start must be less than the probe's length \(16\)",
+    ),
+    ("lag_weight", lambda: E.lag_weight([]), TypeError, r"^models must"),
+    (
+        "lag_weight",
+        lambda: E.lag_weight([torch.nn.Linear(2, 2)]),
+        TypeError,
+        r"^models\[0\] must",
+    ),
+    (
+        "lag_weight",
+        lambda: E.lag_weight([M_tiny()], E.modern_probe(2), lag=16),
+        ValueError,
+        r"^lag must be less than the probe's length \(16\), got 16",
+    ),
+    ("lag_weight", lambda: E.lag_weight([M_tiny()], lag=0), ValueError, r"^lag"),
+    (
+        "lag_weight",
+        lambda: E.lag_weight([M_tiny()], torch.zeros(2, 16)),
+        TypeError,
+        r"^probe must be",
+    ),
+    (
+        "first_attention_step",
+        lambda: E.first_attention_step(0),
+        TypeError,
+        r"^seed_list must be a non-empty sequence",
+    ),
+    (
+        "first_attention_step",
+        lambda: E.first_attention_step((0,), lr=0.0),
+        ValueError,
+        r"^lr",
     ),
 ]
 
