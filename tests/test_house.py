@@ -15,6 +15,8 @@ oversized module fails the test until its entry is removed, so the lists only sh
 from __future__ import annotations
 
 import ast
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -195,21 +197,105 @@ def test_import_circles_are_exactly_the_known_ones() -> None:
     assert not fixed, f"circles gone, remove from KNOWN_CIRCLES: {fixed}"
 
 
-@pytest.mark.parametrize("module", sorted(MODULES))
-def test_every_module_imports_alone_in_a_fresh_interpreter(module) -> None:
-    """Importing one module first (the way a learner's notebook may) works: no circle
-    that only bites in some import order. ``companion.kernels`` needs Triton; where it
-    is missing the module must say so."""
+# One interpreter imports the third-party packages once, then forks a child per module that
+# imports that module first: each child starts with no companion module loaded, as a fresh
+# interpreter would, without paying torch's import 37 times (a fresh interpreter per module
+# took minutes of `make test`). Where fork is missing (Windows), one interpreter per module.
+_IMPORT_ALONE = r"""
+import json, os, sys, traceback, warnings
+import numpy, torch  # noqa: F401 - imported once, before the fork
+modules = sys.argv[1:]
+report = {}
+for module in modules:
+    if not hasattr(os, "fork"):
+        break
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            __import__(module)
+            message = ""
+        except BaseException:
+            message = traceback.format_exc()
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    os.waitpid(pid, 0)
+    report[module] = b"".join(chunks).decode()
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def imported_alone() -> dict[str, str]:
+    """module -> the traceback of importing it first ("" when it imported)."""
     out = subprocess.run(
-        [sys.executable, "-W", "error::DeprecationWarning", "-c", f"import {module}"],
+        [sys.executable, "-c", _IMPORT_ALONE, *sorted(MODULES)],
         capture_output=True,
         text=True,
         cwd=ROOT,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_module_imports_alone_in_a_fresh_interpreter(
+    module, imported_alone
+) -> None:
+    """Importing one module first (the way a learner's notebook may) works: no circle
+    that only bites in some import order. ``companion.kernels`` needs Triton; where it
+    is missing the module must say so."""
+    if module in imported_alone:
+        error = imported_alone[module]
+    else:  # no fork on this platform
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-W",
+                "error::DeprecationWarning",
+                "-c",
+                f"import {module}",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
+        error = "" if out.returncode == 0 else out.stderr
+    if module == "companion.kernels" and "needs Triton" in error:
+        pytest.skip("Triton is not installed (companion.kernels says so)")
+    assert not error, error[-2000:]
+
+
+def test_the_import_check_sees_a_failing_import(tmp_path: Path) -> None:
+    """The forked check reports an import that raises (and one that warns) as failed."""
+    (tmp_path / "broken_mod.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "warning_mod.py").write_text(
+        "import warnings\nwarnings.warn('old', DeprecationWarning)\n"
+    )
+    (tmp_path / "fine_mod.py").write_text("x = 1\n")
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ALONE, "broken_mod", "warning_mod", "fine_mod"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
         timeout=300,
     )
-    if module == "companion.kernels" and "needs Triton" in out.stderr:
-        pytest.skip("Triton is not installed (companion.kernels says so)")
-    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    if not report:
+        pytest.skip("no os.fork on this platform")
+    assert "boom" in report["broken_mod"]
+    assert "DeprecationWarning" in report["warning_mod"]
+    assert report["fine_mod"] == ""
 
 
 # ---- (b) private names -----------------------------------------------------------------
