@@ -1,10 +1,11 @@
 """The trained claims of the capstone (book/07_tiny_transformer), asserted here.
 
 Each test calls the same function of :mod:`companion.experiments` as the chapter, with the
-chapter's settings and seeds (``experiments.seeds``), and asserts the chapter's bounds:
-``make claims`` (``scripts/claims.py``) reruns them with the initial weights perturbed by
-``1 +- 1e-7``, on one thread, with ATen's portable kernels and on other seeds, and the
-chapter states only what holds in every variant. The experiments are module-scoped
+chapter's settings and seed counts (constants of ``companion.experiments``, which the
+chapter reads too), and asserts the chapter's bounds: ``make claims``
+(``scripts/claims.py``) reruns them with the initial weights perturbed by ``1 +- 1e-7``,
+on one thread, with ATen's portable kernels and on other seeds, and a bound is kept only
+if it holds in every variant. The experiments are module-scoped
 fixtures, so each trains once per run of this file.
 """
 
@@ -21,15 +22,20 @@ from companion.rope import rope_frequencies
 pytestmark = pytest.mark.trained(chapter=7)
 
 SCHEMES = ("none", "sinusoidal", "rope", "alibi")
-BUDGETS = (500, 1000)
-L0, LAG, EVAL = 16, 2, 64
+# the chapter's settings, from the one home both read (so the two cannot drift)
+BUDGETS = experiments.CAPSTONE_BUDGETS  # (500, 1000): the larger gives the results
+FULL, HALF = max(BUDGETS), min(BUDGETS)
+L0 = experiments.CAPSTONE_TASK["length"]  # 16
+LAG = experiments.CAPSTONE_TASK["lag"]  # 2
+EVAL = experiments.CAPSTONE_EVAL_LENGTH  # 64
 BANDS = {"trained": (LAG, L0), "to 2x": (L0, 2 * L0), "to 4x": (2 * L0, EVAL)}
 TRAINED, TO_2X, TO_4X = range(3)
 
 
-def _bag_of_tokens_trained_band() -> float:
-    """The bag-of-tokens baseline on the trained positions, from the evaluation batch:
-    guess the most frequent earlier token (ties split), as the chapter computes it."""
+def _bag_of_tokens(start: int, stop: int) -> float:
+    """The bag-of-tokens baseline over positions ``start..stop - 1`` of the evaluation
+    batch: guess the most frequent earlier token (ties split), as the chapter computes
+    it."""
     from companion.model import lag_task
 
     tokens = lag_task(
@@ -41,17 +47,22 @@ def _bag_of_tokens_trained_band() -> float:
     ties = (counts == best[..., None]).sum(dim=-1)
     hit = counts.gather(-1, tokens[:, :-LAG, None]).squeeze(-1) == best
     per_position = (hit.double() / ties).mean(dim=0)  # t = LAG ..
-    return per_position[: L0 - LAG].mean().item()
+    return per_position[start - LAG : stop - LAG].mean().item()
 
 
 @pytest.fixture(scope="module")
 def schemes() -> dict:
-    """The chapter's scheme comparison: every scheme, seeds(3), 500 and 1000 steps."""
+    """The chapter's scheme comparison: every scheme, seeds(CAPSTONE_SEEDS), at both
+    budgets."""
     torch.manual_seed(0)
     results = {}
     for scheme in SCHEMES:
         for steps, r in experiments.train_capstone_scheme(
-            scheme, experiments.seeds(3), budgets=BUDGETS, lr=1e-2, warmup_steps=50
+            scheme,
+            experiments.seeds(experiments.CAPSTONE_SEEDS),
+            budgets=BUDGETS,
+            lr=experiments.CAPSTONE_LR,
+            warmup_steps=experiments.CAPSTONE_WARMUP_STEPS,
         ).items():
             results[scheme, steps] = r
     per_position = {
@@ -59,14 +70,14 @@ def schemes() -> dict:
         for key, r in results.items()
     }
     band = {key: experiments.band_accuracy(a, BANDS) for key, a in per_position.items()}
-    full = {s: band[s, 1000] for s in SCHEMES}
+    full = {s: band[s, FULL] for s in SCHEMES}
     return {
         "results": results,
         "per_position": per_position,
         "lo": {s: a.min(dim=0).values for s, a in full.items()},
         "hi": {s: a.max(dim=0).values for s, a in full.items()},
         "mean": {s: a.mean(dim=0) for s, a in full.items()},
-        "half": {s: band[s, 500].mean(dim=0) for s in SCHEMES},
+        "half": {s: band[s, HALF].mean(dim=0) for s in SCHEMES},
     }
 
 
@@ -75,7 +86,15 @@ def test_none_and_alibi_are_still_learning_at_the_budget(schemes: dict) -> None:
     first = torch.tensor([c[0] for r in schemes["results"].values() for c in r.losses])
     assert (first > math.log(16)).all()
     for s in ("none", "alibi"):
-        assert (final[s, 1000] < final[s, 500]).all(), s
+        assert (final[s, FULL] < final[s, HALF]).all(), s
+
+
+def test_rope_and_sinusoidal_end_near_zero_at_both_budgets(schemes: dict) -> None:
+    """The chapter: RoPE and the sinusoidal encoding end below 0.01 nats (mean over the
+    last 100 steps) at both budgets, in every seed."""
+    for s in ("rope", "sinusoidal"):
+        for steps in BUDGETS:
+            assert (schemes["results"][s, steps].final(100) < 0.01).all(), (s, steps)
 
 
 def test_trained_models_are_causal_so_one_evaluation_serves_every_band(
@@ -103,7 +122,7 @@ def test_with_positions_the_trained_positions_are_solved(schemes: dict) -> None:
 def test_without_positions_between_the_baseline_and_solved(schemes: dict) -> None:
     lo, hi, mean, half = (schemes[k]["none"] for k in ("lo", "hi", "mean", "half"))
     assert 0.7 < lo[TRAINED] and hi[TRAINED] < 0.95
-    assert lo[TRAINED] > _bag_of_tokens_trained_band() + 0.3
+    assert lo[TRAINED] > _bag_of_tokens(LAG, L0) + 0.3
     assert (mean[:-1] > mean[1:]).all() and (mean > half).all()
 
 
@@ -116,11 +135,12 @@ def test_sinusoidal_fails_past_the_training_length(schemes: dict) -> None:
 def test_rope_is_perfect_to_twice_the_length_and_fails_after(schemes: dict) -> None:
     lo, hi = schemes["lo"], schemes["hi"]
     assert lo["rope"][TO_2X] > 0.99 and hi["rope"][TO_4X] < 0.35
-    late = schemes["per_position"]["rope", 1000][:, 40:].mean(dim=1)
-    assert (late < 0.15).all()
+    late = schemes["per_position"]["rope", FULL][:, 40:].mean(dim=1)  # t = 40..63
+    assert (late < _bag_of_tokens(40, EVAL)).all()  # below the baseline, every seed
     assert (schemes["half"]["rope"] - schemes["mean"]["rope"]).abs().max() < 0.02
-    half_turn = math.pi / rope_frequencies(8, base=1e4)[1].item()
-    assert 2 * L0 - 1 < half_turn < 2 * L0
+    config = schemes["results"]["rope", FULL].models[0].config
+    theta_1 = rope_frequencies(config.dim // config.num_heads, base=config.rope_base)[1]
+    assert 2 * L0 - 1 < math.pi / theta_1.item() < 2 * L0  # the sine part's sign flip
 
 
 def test_alibi_degrades_least_past_twice_and_learns_slowest(schemes: dict) -> None:
@@ -132,7 +152,7 @@ def test_alibi_degrades_least_past_twice_and_learns_slowest(schemes: dict) -> No
     first_below = {
         s: [
             experiments.first_step_below(c, 0.5)
-            for c in schemes["results"][s, 1000].losses
+            for c in schemes["results"][s, FULL].losses
         ]
         for s in ("sinusoidal", "rope", "alibi")
     }
@@ -148,9 +168,13 @@ def test_alibi_degrades_least_past_twice_and_learns_slowest(schemes: dict) -> No
 
 
 def test_adams_first_step_is_the_same_in_both_placements_at_depth_4() -> None:
-    premise = experiments.first_adamw_step(experiments.seeds(6), lr=3e-2)
+    lr = experiments.WARMUP_RUN_LR
+    premise = experiments.first_adamw_step(
+        experiments.seeds(experiments.WARMUP_RUN_SEEDS), lr=lr
+    )
     post, pre = premise["post"], premise["pre"]
-    expected = torch.full_like(post[:, 1], 3e-2 * math.sqrt(32 * 128))
+    dim = experiments.CAPSTONE_SIZES["dim"]  # the top MLP's output matrix: dim x 4 dim
+    expected = torch.full_like(post[:, 1], lr * math.sqrt(dim * 4 * dim))
     torch.testing.assert_close(post[:, 1], expected, rtol=1e-3, atol=0)
     torch.testing.assert_close(pre[:, 1], expected, rtol=1e-3, atol=0)
     ratio = post / pre
@@ -161,11 +185,13 @@ def test_adams_first_step_is_the_same_in_both_placements_at_depth_4() -> None:
 
 @pytest.fixture(scope="module")
 def warmup() -> dict[str, experiments.SeedRuns]:
-    """The chapter's warm-up experiment: seeds(6), lr 3e-2, four layers."""
-    return experiments.warmup_runs(experiments.seeds(6), steps=LN_STEPS, lr=3e-2)
-
-
-LN_STEPS = 150
+    """The chapter's warm-up experiment: seeds(WARMUP_RUN_SEEDS), its steps and rate,
+    four layers."""
+    return experiments.warmup_runs(
+        experiments.seeds(experiments.WARMUP_RUN_SEEDS),
+        steps=experiments.WARMUP_RUN_STEPS,
+        lr=experiments.WARMUP_RUN_LR,
+    )
 
 
 def _learned(runs: experiments.SeedRuns) -> int:
@@ -189,14 +215,14 @@ def test_without_warmup_pre_ln_trains_and_post_ln_mostly_never_learns(
     assert _learned(warmup["post-LN"]) <= 2
 
 
-def test_with_warmup_every_post_ln_seed_learns_and_some_lose_it_again(
+def test_with_warmup_every_post_ln_seed_learns(
     warmup: dict[str, experiments.SeedRuns],
 ) -> None:
-    """Every Post-LN seed with warm-up gets below 0.1 nats; at least one of the six
-    jumps back above 1 nat afterwards."""
+    """Every Post-LN seed with warm-up gets below 0.1 nats. How many lose it again
+    afterwards is not a claim (5 of 6 on seeds 0-5, 1 of 6 on seeds 100-105, in one
+    build): the chapter prints the count and states no bound on it."""
     warm = warmup["post-LN + warm-up"]
     assert _learned(warm) == len(warm.seeds)
-    assert _lost(warm) >= 1
 
 
 # ---- The third exercise: t mod 5 -------------------------------------------------------
@@ -207,12 +233,13 @@ def _mod5(tokens: torch.Tensor) -> torch.Tensor:
 
 
 def test_absolute_positions_learned_table_at_once_rope_slowly_neither_beyond() -> None:
-    seeds = experiments.seeds(3)
+    seeds = experiments.seeds(experiments.CAPSTONE_SEEDS)
+    steps = experiments.ABSOLUTE_STEPS  # learned: 100, rope: 600
     table, table_acc = experiments.absolute_position_runs(
-        "learned", seeds, steps=100, targets=_mod5, eval_length=32
+        "learned", seeds, steps=steps["learned"], targets=_mod5, eval_length=2 * L0
     )
     rope, rope_acc = experiments.absolute_position_runs(
-        "rope", seeds, steps=600, targets=_mod5, eval_length=32
+        "rope", seeds, steps=steps["rope"], targets=_mod5, eval_length=2 * L0
     )
     assert (table_acc[:, :L0].mean(dim=1) > 0.99).all()
     assert all(
