@@ -59,7 +59,7 @@ import sys
 import torch
 from torch import Tensor
 
-from companion import _validate
+from companion import _rope_args, _validate
 
 # Triton decides when it is imported whether kernels are compiled or interpreted
 # (TRITON_INTERPRET). Without a GPU, the interpreter is the only way to run them.
@@ -216,7 +216,7 @@ def rope(
     r"""RoPE in one pass over ``x``: :func:`companion.rope.apply_rope` as a Triton kernel.
 
     The same as ``apply_rope(x, cos, sin, layout=layout, seq_dim=seq_dim,
-    positions=positions, backend="triton")``, which checks the arguments and calls the
+    positions=positions, backend="triton")``: the same argument checks, then the
     kernel; equivalent to the default ``apply_rope``: pair :math:`(a, b)` at position
     :math:`m` becomes
     :math:`(a c - b s,\; b c + a s)` with :math:`c = \cos m\theta_i`,
@@ -242,17 +242,11 @@ def rope(
     Shape:
         x: ``(..., L, D)`` or ``(B, L, H, D)``; cos, sin: ``(L, D/2)`` or ``(B, L, D/2)``.
     """
-    from companion.rope import apply_rope  # one home for RoPE's argument checks
-
-    return apply_rope(
-        x,
-        cos,
-        sin,
-        layout=layout,
-        seq_dim=seq_dim,
-        positions=positions,
-        backend="triton",
+    # the checks apply_rope makes (one home, which imports neither module)
+    x, table, _, layout, s = _rope_args.rope_arguments(
+        x, cos, sin, layout, seq_dim, positions
     )
+    return rotate(x, *table, layout, s)
 
 
 def _launch_rope(

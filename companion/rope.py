@@ -44,7 +44,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from companion import _rope_fast, _validate
+from companion import _rope_args, _rope_fast, _validate
 from companion.positional import inverse_frequencies
 
 __all__ = [
@@ -60,8 +60,8 @@ __all__ = [
     "rotate_interleaved",
 ]
 
-LAYOUTS = ("half", "interleaved")
-"""The pairings :func:`apply_rope` understands."""
+LAYOUTS = _rope_args.LAYOUTS
+"""The pairings :func:`apply_rope` understands: ``("half", "interleaved")``."""
 
 
 def rope_frequencies(head_dim: int, *, base: float = 10000.0) -> Tensor:
@@ -261,24 +261,6 @@ def half_to_interleaved_permutation(head_dim: int) -> Tensor:
     return torch.arange(head_dim).view(2, head_dim // 2).t().reshape(head_dim)
 
 
-def _align_table(name: str, t: Tensor, x: Tensor, s: int) -> Tensor:
-    """Check that the table ``t``, ``(L, D/2)`` or ``(B, L, D/2)``, matches ``x`` (L on
-    axis ``s``) and return the view of it that broadcasts against ``x``."""
-    pairs, length, after = x.shape[-1] // 2, x.shape[s], x.ndim - 2 - s  # after: heads
-    _validate.size(name, t, -1, pairs, "D/2, half of x's last dimension")
-    _validate.size(name, t, -2, length, "L, x's size along seq_dim")
-    if t.ndim == 2:  # (L, D/2), shared by every sequence
-        return t.reshape(length, *([1] * after), pairs) if after else t
-    if s == 0 or t.shape[0] not in (1, x.shape[0]):
-        raise ValueError(
-            f"{name} of shape (B, L, D/2) must have B = 1 or B = x.shape[0] = "
-            f"{x.shape[0]} "
-            f"with a batch axis before L in x, got {name} {tuple(t.shape)} and x "
-            f"{tuple(x.shape)} with L on axis {s}"
-        )
-    return t.reshape(t.shape[0], *([1] * (s - 1)), length, *([1] * after), pairs)
-
-
 def apply_rope(
     x: Tensor,
     cos: Tensor,
@@ -370,42 +352,13 @@ def apply_rope(
         positions: ``(L,)`` or ``(B, L)``.
         output: same as ``x``.
     """
-    x = _validate.tensor("x", x, min_ndim=2, meaning="(..., L, D)")
-    _validate.even_size("x", x, -1, "head_dim: RoPE rotates pairs")
-    s = _validate.axis(
-        "seq_dim", seq_dim, x.ndim, exclude=-1, why="not the last, head_dim"
-    )
-    layout = _validate.choice("layout", layout, LAYOUTS)
     fused = _validate.flag("fused", fused)
     backend = _validate.choice("backend", backend, ("torch", "triton"))
     if backend == "triton" and fused:
         raise ValueError("fused must be False with backend='triton', got True")
-    table_ndim = 2 if positions is not None else 3  # (T, D/2); (L, D/2) or (B, L, D/2)
-    cos = _validate.tensor("cos", cos, min_ndim=2, max_ndim=table_ndim)
-    sin = _validate.tensor("sin", sin)
-    _validate.shape("sin", sin, cos.shape, "of cos")
-    _validate.same_dtype("sin", sin, "cos", cos)
-    _validate.same_device("cos", cos, "x", x)
-    _validate.same_device("sin", sin, "x", x)
-    if positions is not None:  # rows of a precomputed (T, D/2) table
-        positions = _validate.tensor(
-            "positions", positions, dtype="integer", min_ndim=1, max_ndim=2
-        )
-        _validate.same_device("positions", positions, "cos", cos)
-        if positions.numel() and not torch.compiler.is_compiling():
-            low, high = int(positions.min()), int(positions.max())
-            if low < 0 or high >= cos.shape[0]:
-                raise ValueError(
-                    f"positions must lie in [0, {cos.shape[0]}) for a table of "
-                    f"{cos.shape[0]} rows, got values in [{low}, {high}]: recompute "
-                    "the table with rope_cos_sin for the positions you need"
-                )
-        _validate.size(
-            "positions", positions, -1, x.shape[s], "L, x's size along seq_dim"
-        )
-        cos, sin = cos[positions], sin[positions]  # (L, D/2) or (B, L, D/2)
-    table = cos, sin  # (L, D/2) or (B, L, D/2)
-    cos, sin = _align_table("cos", cos, x, s), _align_table("sin", sin, x, s)
+    x, table, (cos, sin), layout, s = _rope_args.rope_arguments(
+        x, cos, sin, layout, seq_dim, positions
+    )  # table: (L, D/2) or (B, L, D/2); cos, sin: viewed to broadcast against x
     if backend == "triton":
         from companion import kernels  # needs Triton; `import companion` does not
 
@@ -447,6 +400,6 @@ def apply_rope_complex(x: Tensor, freqs_cis: Tensor, *, seq_dim: int = -2) -> Te
         "freqs_cis", freqs_cis, dtype="complex", min_ndim=2, max_ndim=3
     )
     _validate.same_device("freqs_cis", freqs_cis, "x", x)
-    f = _align_table("freqs_cis", freqs_cis, x, s)  # (.., L, 1.., D/2)
+    f = _rope_args.align_table("freqs_cis", freqs_cis, x, s)  # (.., L, 1.., D/2)
     compute = torch.complex128 if x.dtype == torch.float64 else torch.complex64
     return _rope_fast.multiply_complex(x, f.to(compute))
