@@ -69,9 +69,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from companion import _hf_weights, _validate
+from companion import _validate
+from companion._architecture import ACTIVATIONS, Decoder, DecoderBlock, DecoderSpec
 from companion.attention import scaled_dot_product_attention
-from companion.decoder import Decoder, DecoderBlock, DecoderSpec, Port
+from companion.families import (
+    Port,
+    base_fields,
+    copy_linear,
+    copy_norm,
+    copy_output,
+    rope_parameters,
+    unsupported,
+)
 from companion.norm import RMSNorm
 from companion.rope import apply_rope, interleaved_to_half_permutation
 
@@ -602,7 +611,7 @@ class MLABlock(DecoderBlock):
         if not self.moe:
             return super().mlp(x)
         s = self.spec
-        act = _hf_weights.ACTIVATIONS[s.activation]
+        act = ACTIVATIONS[s.activation]
         tokens = x.reshape(-1, x.shape[-1])  # (T, E)
         weights, chosen = route_tokens(
             tokens,
@@ -792,47 +801,31 @@ def _spec_deepseek_v3(model: nn.Module) -> dict[str, Any]:
         )
         for key in ("n_group", "topk_group", "num_experts_per_tok"):
             if moe[key] is None:
-                raise _hf_weights._unsupported(f"{key}=None in a DeepSeek-V3 MoE layer")
+                raise unsupported(f"{key}=None in a DeepSeek-V3 MoE layer")
     heads = c.num_attention_heads
     if (c.num_key_value_heads or heads) != heads:
-        raise _hf_weights._unsupported(
+        raise unsupported(
             f"num_key_value_heads={c.num_key_value_heads} != num_attention_heads="
             f"{heads} in DeepSeek-V3 (Hugging Face's MLA repeats keys that already "
             "have one head per query head)"
         )
     dr, dn = c.qk_rope_head_dim, c.qk_nope_head_dim
-    params = _hf_weights._rope_parameters(c, dr)  # factors, L0, attention factors
+    params = rope_parameters(c, dr)  # factors, L0, attention factors
     if params["rope_type"] not in MLA_ROPE_TYPES:
-        raise _hf_weights._unsupported(f"rope_type {params['rope_type']!r} in MLA")
+        raise unsupported(f"rope_type {params['rope_type']!r} in MLA")
     if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
-        raise _hf_weights._unsupported(
+        raise unsupported(
             f"partial_rotary_factor {params['partial_rotary_factor']} in DeepSeek-V3"
         )
-    scale = mla_softmax_scale(dn + dr, params)
-    bias = bool(c.attention_bias)
-    return dict(
-        family="deepseek_v3",
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        num_layers=n,
-        num_heads=heads,
+    return base_fields(
+        model,
+        "deepseek_v3",
         num_kv_heads=heads,
         head_dim=dn + dr,
-        intermediate_size=c.intermediate_size,
-        positions="rope",
-        norm="rms",
-        eps=float(c.rms_norm_eps),
-        mlp="gated",
-        activation=_hf_weights._activation(c.hidden_act),
-        parallel_residual=False,
-        tied_embeddings=_hf_weights._tied(model),
-        qkv_bias=bias,
-        out_bias=bias,
         mlp_bias=False,
-        max_positions=c.max_position_embeddings,
         rotary_dim=dr,
         rope=params,
-        scales=(scale,) * n,
+        scales=(mla_softmax_scale(dn + dr, params),) * n,
         q_lora_rank=c.q_lora_rank,
         kv_lora_rank=c.kv_lora_rank,
         qk_rope_head_dim=dr,
@@ -855,20 +848,20 @@ def _copy_tensor(dst: Tensor, src: Tensor) -> None:
 
 def _load_deepseek_v3(dst: Decoder, model: nn.Module) -> None:
     """DeepSeek-V3's weights: every projection and norm copies as it is."""
-    copy = _hf_weights._copy
     base = model.model
     dst.embed.weight.copy_(base.embed_tokens.weight)
-    copy(dst.final_norm, base.norm.weight)
+    copy_norm(dst.final_norm, base.norm)
     for block, layer in zip(dst.blocks, base.layers, strict=True):
         a, m = layer.self_attn, layer.mlp
-        copy(block.norm1, layer.input_layernorm.weight)
-        copy(block.norm2, layer.post_attention_layernorm.weight)
-        names = ["kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj"]
-        names += ["q_proj"] if a.q_proj is not None else []
-        names += ["q_a_proj", "q_a_layernorm", "q_b_proj"] if a.q_proj is None else []
-        for name in names:
-            src = getattr(a, name)
-            copy(getattr(block, name), src.weight, getattr(src, "bias", None))
+        copy_norm(block.norm1, layer.input_layernorm)
+        copy_norm(block.norm2, layer.post_attention_layernorm)
+        copy_linear(block, a, ("kv_a_proj_with_mqa", "kv_b_proj", "o_proj"))
+        copy_norm(block.kv_a_layernorm, a.kv_a_layernorm)
+        if a.q_proj is not None:
+            copy_linear(block, a, ("q_proj",))
+        else:
+            copy_linear(block, a, ("q_a_proj", "q_b_proj"))
+            copy_norm(block.q_a_layernorm, a.q_a_layernorm)
         if block.moe:  # routed experts, their router and bias, the shared experts
             _copy_tensor(block.router, m.gate.weight)
             _copy_tensor(block.correction_bias, m.gate.e_score_correction_bias)
@@ -877,10 +870,8 @@ def _load_deepseek_v3(dst: Decoder, model: nn.Module) -> None:
             m = m.shared_experts
             if block.gate_proj is None:
                 continue
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            src = getattr(m, name)
-            copy(getattr(block, name), src.weight, src.bias)
-    _hf_weights._output(dst, model)
+        copy_linear(block, m, ("gate_proj", "up_proj", "down_proj"))
+    copy_output(dst, model)
 
 
 PORTS: dict[str, Port] = {

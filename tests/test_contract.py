@@ -41,6 +41,7 @@ MODULES = [
     "model",
     "experiments",
     "decoder",
+    "families",
     "mla",
     "modern",
     "performance",

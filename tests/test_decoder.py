@@ -34,7 +34,7 @@ from transformers import (
     LlamaForCausalLM,
 )
 
-from companion import decoder
+from companion import _architecture, decoder
 from companion.decoder import Decoder, from_hf, generate
 
 transformers.logging.set_verbosity_error()  # "exceeded the predefined maximum length"
@@ -436,7 +436,8 @@ def test_tied_embeddings_stay_one_parameter() -> None:
 def test_the_copy_uses_companion_functions(monkeypatch: pytest.MonkeyPatch) -> None:
     # attention goes through companion.attention, RoPE through companion.rope
     calls = {"attention": 0, "rope": 0}
-    real_attention, real_rope = decoder.scaled_dot_product_attention, decoder.apply_rope
+    parts = _architecture  # where the copy's model is built
+    real_attention, real_rope = parts.scaled_dot_product_attention, parts.apply_rope
 
     def attention(*a, **k):
         calls["attention"] += 1
@@ -446,8 +447,8 @@ def test_the_copy_uses_companion_functions(monkeypatch: pytest.MonkeyPatch) -> N
         calls["rope"] += 1
         return real_rope(*a, **k)
 
-    monkeypatch.setattr(decoder, "scaled_dot_product_attention", attention)
-    monkeypatch.setattr(decoder, "apply_rope", rope)
+    monkeypatch.setattr(parts, "scaled_dot_product_attention", attention)
+    monkeypatch.setattr(parts, "apply_rope", rope)
     from_hf(build("llama"))(tokens(1, 4))
     assert calls == {"attention": 2, "rope": 4}  # 2 layers; q and k in each
 
@@ -698,14 +699,23 @@ def test_the_starcoder2_port_refuses_what_it_was_not_compared_with() -> None:
     hf = _starcoder2(rope_parameters={"rope_type": "linear", "factor": 2.0})
     with pytest.raises(ValueError, match=r"rope_type 'linear' is not ported"):
         from_hf(hf, port=STARCODER2)
-    # Llama's weight copy on the right spec: the LayerNorm biases do not fit
+    # Llama's weight copy on the right spec: it copies the LayerNorms (their biases
+    # too), then looks for a gated MLP that Starcoder 2 does not have
     wrong = dataclasses.replace(STARCODER2, load=decoder.PORTS["LlamaForCausalLM"].load)
     with pytest.raises(
-        ValueError,
-        match=r"has a bias in the copy and none in Hugging Face's model \(a norm: "
-        r"the spec's norm, here LayerNorm\)",
+        AttributeError, match=r"'Starcoder2MLP' object has no attribute 'gate_proj'"
     ):
         from_hf(_starcoder2(), port=wrong)
+    # a norm whose bias has no place in the copy is refused by name
+    rms = dataclasses.replace(
+        wrong, spec=lambda m: {**_starcoder2_spec(m), "norm": "rms"}
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"has a bias in Hugging Face's model and none in the copy \(a norm: "
+        r"the spec's norm, here RMSNorm\)",
+    ):
+        from_hf(_starcoder2(), port=rms)
 
 
 def test_the_built_in_ports_are_the_eleven_families() -> None:
@@ -784,7 +794,7 @@ UNSUPPORTED = [
         lambda: _with(
             "llama", rope_parameters=_rope("default", partial_rotary_factor=0.5)
         ),
-        r"partial_rotary_factor 0.5 in a Llama model",
+        r"partial_rotary_factor 0.5 in a llama model",
     ),
 ]
 
@@ -1505,18 +1515,13 @@ class _CountingBlock(decoder.DecoderBlock):
 def test_a_port_builds_its_own_block_class_and_companion_mla_is_looked_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import sys
-    import types
-
     hf = build("llama")
     port = dataclasses.replace(decoder.PORTS["LlamaForCausalLM"], block=_CountingBlock)
-    fake = types.ModuleType("companion.mla")
 
     class Other(type(hf)):  # a class only companion.mla's table names
         pass
 
-    fake.PORTS = {"Other": port}
-    monkeypatch.setitem(sys.modules, "companion.mla", fake)
+    monkeypatch.setattr(decoder.mla, "PORTS", {"Other": port})
     monkeypatch.setattr(decoder, "PORTS", {})  # as if the built-in table lacked it
     hf.__class__ = Other
     copy = from_hf(hf)
