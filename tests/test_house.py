@@ -28,31 +28,20 @@ PACKAGE = ROOT / "companion"
 MAX_LINES = 1000
 
 #: import circles (the modules of each strongly connected component of the graph)
-KNOWN_CIRCLES = {
-    frozenset({"companion.decoder", "companion.mla", "companion._hf_weights"}),
-    frozenset({"companion.kernels", "companion.rope"}),
-}
+KNOWN_CIRCLES: set[frozenset[str]] = set()
 
 #: (importer, imported private name) pairs still to give a public home
 KNOWN_PRIVATE_IMPORTS = {
     ("companion.attention", "companion.performance._TensorWatch"),
     ("companion.checks", "companion.checks.attention._tiled_without_rescale"),
     ("companion.checks.modern", "companion.checks._core._cases"),
-    ("companion.decoder", "companion.attention._masked_softmax"),
     ("companion.experiments", "companion._validate._fail"),
-    ("companion.mla", "companion._hf_weights._activation"),
-    ("companion.mla", "companion._hf_weights._copy"),
-    ("companion.mla", "companion._hf_weights._output"),
-    ("companion.mla", "companion._hf_weights._rope_parameters"),
-    ("companion.mla", "companion._hf_weights._tied"),
-    ("companion.mla", "companion._hf_weights._unsupported"),
     ("companion.modern", "companion._validate._fail"),
 }
 
 #: modules allowed over MAX_LINES for now: module -> why
 OVERSIZE = {
     "companion.experiments": "the book's training home; its chapter sections split next",
-    "companion.decoder": "engineer D2 moves the families into a registry (issue 33)",
 }
 
 
