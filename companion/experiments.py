@@ -673,7 +673,7 @@ POSITION_FAMILY_STEPS: dict[str, int | tuple[int, ...]] = {
 """Chapter 4's budgets per scheme, for :func:`compare_position_schemes`'s ``steps``."""
 
 POSITION_FAMILY_SEEDS = 3
-"""Chapter 4's seed count for every scheme: :func:`seeds` ``(POSITION_FAMILY_SEEDS)``."""
+"""Chapter 4's seed count for every scheme, as in :func:`seeds` ``(POSITION_FAMILY_SEEDS)``."""
 
 POSITION_FAMILY_T5_SEEDS = 6
 """Chapter 4 trains T5 again over :func:`seeds` ``(POSITION_FAMILY_T5_SEEDS)``: its
@@ -1355,7 +1355,7 @@ CAPSTONE_SEEDS = 3
 """The capstone's scheme comparison trains :func:`seeds` ``(CAPSTONE_SEEDS)``."""
 
 CAPSTONE_BUDGETS: tuple[int, ...] = (500, 1000)
-"""The capstone's budgets in steps: the results use the larger, the smaller shows what
+"""The capstone's budgets in steps; the results use the larger, the smaller shows what
 the budget changes (:func:`train_capstone_scheme`'s ``budgets``)."""
 
 CAPSTONE_LR = 1e-2
@@ -1365,7 +1365,7 @@ CAPSTONE_WARMUP_STEPS = 50
 """The capstone's linear warm-up (:func:`train_capstone_scheme`'s ``warmup_steps``)."""
 
 WARMUP_RUN_SEEDS = 6
-"""The Post-LN/Pre-LN experiment's seed count: :func:`seeds` ``(WARMUP_RUN_SEEDS)``."""
+"""The Post-LN/Pre-LN experiment's seed count, as in :func:`seeds` ``(WARMUP_RUN_SEEDS)``."""
 
 WARMUP_RUN_STEPS = 150
 """The Post-LN/Pre-LN experiment's steps (:func:`warmup_runs`'s ``steps``)."""

@@ -659,7 +659,7 @@ PORTS: dict[str, Port] = {
     "Gemma3ForCausalLM": Port(spec=spec_gemma3),
     "Phi3ForCausalLM": Port(spec=spec_phi3),
 }
-"""The registry: each Hugging Face class :func:`~companion.decoder.from_hf` copies
+"""The registry, each Hugging Face class :func:`~companion.decoder.from_hf` copies
 without being told how, with its :class:`Port` (a class derived from one of them is
 read as that class). The eleven families of :mod:`companion.decoder`'s table;
 ``companion.mla.PORTS`` adds DeepSeek-V3, whose layer is its own."""
