@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from companion import _validate
-from companion.performance import _TensorWatch
+from companion.performance import peak_live_bytes
 
 __all__ = [
     "MultiHeadAttention",
@@ -857,7 +857,4 @@ def measure_peak_memory(fn: Callable[[], object], *, device: torch.device | str)
         fn()
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
-    watch = _TensorWatch(live=True)
-    with watch:
-        fn()
-    return watch.peak
+    return peak_live_bytes(fn)

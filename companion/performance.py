@@ -60,6 +60,7 @@ __all__ = [
     "memory_traffic",
     "naive_softmax_attention",
     "one_pass_layer_norm",
+    "peak_live_bytes",
     "rope_error_by_position",
     "rope_table",
     "tensor_bytes",
@@ -349,6 +350,29 @@ def memory_traffic(fn: Callable[[], object]) -> MemoryTraffic:
     with watch:
         fn()
     return MemoryTraffic(watch.ops)
+
+
+def peak_live_bytes(fn: Callable[[], object]) -> int:
+    """The most bytes of storage that the torch operators called by ``fn()`` hold at once.
+
+    Counts what operators create while ``fn`` runs, as it lives and dies: a storage is
+    counted when an operator first returns it and released when the last tensor seen on
+    it is garbage collected; storages made before the call are never counted. The CPU
+    path of :func:`companion.attention.measure_peak_memory` (on CUDA that reads the
+    allocator's own peak). Operators are seen through a
+    :class:`~torch.utils._python_dispatch.TorchDispatchMode` (call ``fn`` eagerly).
+
+    Args:
+        fn: a function with no arguments (its result is discarded).
+
+    Returns:
+        Peak bytes.
+    """
+    fn = _validate.callable_("fn", fn)
+    watch = _TensorWatch(live=True)
+    with watch:
+        fn()
+    return watch.peak
 
 
 def attention_flops(

@@ -32,7 +32,6 @@ KNOWN_CIRCLES: set[frozenset[str]] = set()
 
 #: (importer, imported private name) pairs still to give a public home
 KNOWN_PRIVATE_IMPORTS = {
-    ("companion.attention", "companion.performance._TensorWatch"),
     ("companion.checks", "companion.checks.attention._tiled_without_rescale"),
     ("companion.checks.modern", "companion.checks._core._cases"),
     ("companion.experiments", "companion._validate._fail"),

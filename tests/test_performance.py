@@ -23,6 +23,7 @@ from companion.performance import (
     memory_traffic,
     naive_softmax_attention,
     one_pass_layer_norm,
+    peak_live_bytes,
     rope_error_by_position,
     rope_table,
     tensor_bytes,
@@ -521,6 +522,12 @@ BAD_INPUTS = [
         "fn must be callable, got 3",
     ),
     (
+        "peak_live_bytes",
+        lambda: peak_live_bytes("not a function"),
+        TypeError,
+        "fn must be callable, got",
+    ),
+    (
         "compare_timings",
         lambda: compare_timings({}),
         ValueError,
@@ -586,6 +593,7 @@ def test_empty_inputs_give_their_natural_answer() -> None:
     assert ulp(torch.zeros(0)).shape == (0,)
     assert one_pass_layer_norm(torch.zeros(0, 4)).shape == (0, 4)
     assert memory_traffic(_noop).ops == []
+    assert peak_live_bytes(_noop) == 0
     assert rope_table(torch.zeros(0, dtype=torch.int64), 8)[0].shape == (0, 4)
 
 
@@ -713,3 +721,25 @@ def test_one_watch_counts_traffic_and_peak_memory_at_once() -> None:
     assert both.peak == measure_peak_memory(fn, device="cpu") > tensor_bytes(q)
     scores = 2 * 16 * 16 * 4  # the (B, L, S) float32 matrix must have been live
     assert both.peak >= scores
+
+
+def test_peak_live_bytes_counts_what_lives_at_once() -> None:
+    """Oracle: float32 buffers of known size; two alive together, then one at a time."""
+
+    def together() -> None:
+        a = torch.empty(1000)
+        b = torch.empty(500)
+        del a, b
+
+    def one_after_another() -> None:
+        a = torch.empty(1000)
+        del a
+        b = torch.empty(500)
+        del b
+
+    before = torch.ones(10_000)  # made before the call: never counted
+    assert peak_live_bytes(together) == 4 * 1500
+    assert peak_live_bytes(one_after_another) == 4 * 1000
+    assert (
+        peak_live_bytes(lambda: before.view(100, 100)) == 0
+    )  # a view allocates nothing
