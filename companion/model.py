@@ -37,7 +37,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from companion import _validate
+from companion import _deprecation, _validate
 from companion.attention import MultiHeadAttention
 from companion.extension import alibi_bias
 from companion.norm import LayerNorm, PostLNBlock, PreLNBlock, RMSNorm, mlp
@@ -511,20 +511,7 @@ def position_accuracy(
     return out
 
 
-_MOVED = ("TrainingRun", "train", "train_batched")  # to companion.experiments
-
-
-def __getattr__(name: str) -> object:
-    """Deprecated aliases: the training loops moved to :mod:`companion.experiments`."""
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        warnings.warn(
-            f"companion.model.{name} moved to companion.experiments.{name}; the alias "
-            "goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module("companion.experiments"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Deprecated aliases, for one release: the training loops moved to companion.experiments.
+__getattr__ = _deprecation.moved_names(
+    __name__, dict.fromkeys(("TrainingRun", "train", "train_batched"), "experiments")
+)
