@@ -63,7 +63,9 @@ def describe(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
-def _fail(exc: type[Exception], name: str, expected: str, value: object) -> Exception:
+def fail(exc: type[Exception], name: str, expected: str, value: object) -> Exception:
+    """The package's one error message: ``exc("<name> must be <expected>, got <value>")``,
+    returned for the caller to raise (so the traceback points at the check)."""
     return exc(f"{name} must be {expected}, got {describe(value)}")
 
 
@@ -88,20 +90,20 @@ def integer(
     ):
         value = int(value.item())  # a 0-d integer tensor is an integer
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise _fail(TypeError, name, expected, value)
+        raise fail(TypeError, name, expected, value)
     value = int(value)
     if not -(2**63) <= value < 2**63:  # beyond int64, torch's sizes and indices
-        raise _fail(ValueError, name, f"{expected} that fits in 64 bits", value)
+        raise fail(ValueError, name, f"{expected} that fits in 64 bits", value)
     if minimum is not None and value < minimum:
         if minimum == 1:
-            raise _fail(
+            raise fail(
                 ValueError, name, "a positive " + expected.split(" ", 1)[1], value
             )
-        raise _fail(ValueError, name, f"{expected} >= {minimum}", value)
+        raise fail(ValueError, name, f"{expected} >= {minimum}", value)
     if maximum is not None and value > maximum:
-        raise _fail(ValueError, name, f"{expected} <= {maximum}", value)
+        raise fail(ValueError, name, f"{expected} <= {maximum}", value)
     if even and value % 2:
-        raise _fail(ValueError, name, expected, value)
+        raise fail(ValueError, name, expected, value)
     return value
 
 
@@ -129,16 +131,16 @@ def real(
     if isinstance(value, Tensor) and value.ndim == 0 and value.dtype.is_floating_point:
         value = float(value.item())
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise _fail(TypeError, name, "a real number", value)
+        raise fail(TypeError, name, "a real number", value)
     value = float(value)
     if math.isnan(value) or (finite and math.isinf(value)):
-        raise _fail(ValueError, name, "a finite real number", value)
+        raise fail(ValueError, name, "a finite real number", value)
     if minimum is not None and value < minimum:
-        raise _fail(ValueError, name, f"a real number >= {minimum:g}", value)
+        raise fail(ValueError, name, f"a real number >= {minimum:g}", value)
     if exclusive_minimum is not None and value <= exclusive_minimum:
-        raise _fail(ValueError, name, f"a real number > {exclusive_minimum:g}", value)
+        raise fail(ValueError, name, f"a real number > {exclusive_minimum:g}", value)
     if maximum is not None and value > maximum:
-        raise _fail(ValueError, name, f"a real number <= {maximum:g}", value)
+        raise fail(ValueError, name, f"a real number <= {maximum:g}", value)
     return value
 
 
@@ -158,7 +160,7 @@ def flag(name: str, value: object) -> bool:
         return value
     if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
         return bool(value)
-    raise _fail(TypeError, name, "a bool", value)
+    raise fail(TypeError, name, "a bool", value)
 
 
 def choice(name: str, value: object, options: Iterable[str]) -> str:
@@ -170,13 +172,13 @@ def choice(name: str, value: object, options: Iterable[str]) -> str:
         repr(o) for o in options
     )  # only on failure: this runs on every call
     exc = TypeError if not isinstance(value, str) else ValueError
-    raise _fail(exc, name, f"one of {listed}", value)
+    raise fail(exc, name, f"one of {listed}", value)
 
 
 def callable_(name: str, value: object) -> Callable[..., Any]:
     """Anything callable (a function, a module, a class)."""
     if not callable(value):
-        raise _fail(TypeError, name, "callable", value)
+        raise fail(TypeError, name, "callable", value)
     return value  # type: ignore[return-value]
 
 
@@ -185,7 +187,7 @@ def instance(
 ) -> Any:
     """An instance of ``cls``, described to the user as ``expected``."""
     if not isinstance(value, cls):
-        raise _fail(TypeError, name, expected, value)
+        raise fail(TypeError, name, expected, value)
     return value
 
 
@@ -200,7 +202,7 @@ def int_sequence(
         or isinstance(value, str)
         or not value
     ):
-        raise _fail(TypeError, name, "an int or a non-empty sequence of ints", value)
+        raise fail(TypeError, name, "an int or a non-empty sequence of ints", value)
     return tuple(
         integer(f"{name}[{i}]", v, minimum=minimum) for i, v in enumerate(value)
     )
@@ -222,10 +224,10 @@ def dtype(
             f"got the string {value!r}"
         )
     if not isinstance(value, torch.dtype):
-        raise _fail(TypeError, name, "a torch.dtype", value)
+        raise fail(TypeError, name, "a torch.dtype", value)
     if not any(_FAMILIES[f](value) for f in families):
         kinds = " or ".join(f for f in families)
-        raise _fail(TypeError, name, f"a {kinds} torch.dtype", value)
+        raise fail(TypeError, name, f"a {kinds} torch.dtype", value)
     return value
 
 
@@ -238,11 +240,11 @@ def device(name: str, value: object) -> torch.device | None:
         try:
             value = torch.device(value)
         except RuntimeError:
-            raise _fail(
+            raise fail(
                 ValueError, name, "a device such as 'cpu' or 'cuda'", value
             ) from None
     if not isinstance(value, torch.device):
-        raise _fail(TypeError, name, "a torch.device, a device string or None", value)
+        raise fail(TypeError, name, "a torch.device, a device string or None", value)
     if value.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if (value.index or 0) >= count:
@@ -257,7 +259,7 @@ def device(name: str, value: object) -> torch.device | None:
             f"{name} must be a device this machine has, got 'mps' (not available)"
         )
     elif value.type not in ("cpu", "cuda", "mps"):
-        raise _fail(ValueError, name, "a 'cpu', 'cuda' or 'mps' device", value)
+        raise fail(ValueError, name, "a 'cpu', 'cuda' or 'mps' device", value)
     return value
 
 
@@ -277,7 +279,7 @@ def tensor(
     Tensors on the ``meta`` device carry no values and are refused: every function here
     computes numbers. ``meaning`` (e.g. ``"(..., L, D)"``) is added to a rank message."""
     if not isinstance(value, Tensor):
-        raise _fail(TypeError, name, "a torch.Tensor", value)
+        raise fail(TypeError, name, "a torch.Tensor", value)
     if dtype is not None:
         families = (dtype,) if isinstance(dtype, str) else tuple(dtype)
         ok = (  # one family (the common case) without a generator: this runs on every call
@@ -502,7 +504,7 @@ def sequence(
     given, returned as a tuple; ``what`` names the items in a message."""
     if not isinstance(value, (tuple, list)):
         count = "" if length is None else f"{length} "
-        raise _fail(TypeError, name, f"a tuple or list of {count}{what}", value)
+        raise fail(TypeError, name, f"a tuple or list of {count}{what}", value)
     if length is not None and len(value) != length:
         raise ValueError(f"{name} must hold {length} {what}, got {len(value)}")
     return tuple(value)

@@ -195,7 +195,7 @@ def build(
         The module the factory made, jittered and moved.
     """
     if isinstance(factory, nn.Module):  # a module is callable, but runs forward()
-        raise _validate._fail(
+        raise _validate.fail(
             TypeError,
             "factory",
             "a function that returns a fresh model (e.g. lambda: TinyTransformer(config))",
@@ -208,7 +208,7 @@ def build(
     seed_everything(seed)
     model = factory()
     if not isinstance(model, nn.Module):
-        raise _validate._fail(
+        raise _validate.fail(
             TypeError, "factory()", "an nn.Module (a fresh model)", model
         )
     jitter_(model, eps, seed=seed)
@@ -229,7 +229,7 @@ class TrainingRun:
         for name in ("losses", "learning_rates"):
             value = getattr(self, name)
             if not isinstance(value, list):
-                raise _validate._fail(TypeError, name, "a list of floats", value)
+                raise _validate.fail(TypeError, name, "a list of floats", value)
         if len(self.learning_rates) != len(self.losses):
             raise ValueError(
                 f"learning_rates must hold one rate per loss ({len(self.losses)}), got "
@@ -394,7 +394,7 @@ def train_batched(
         One :class:`TrainingRun` per model, in order.
     """
     if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
-        raise _validate._fail(
+        raise _validate.fail(
             TypeError, "models", "a non-empty sequence of TinyTransformers", models
         )
     for i, m in enumerate(models):
@@ -413,7 +413,7 @@ def train_batched(
     if len({id(m) for m in models}) != len(models):
         raise ValueError("models must be distinct modules, got the same module twice")
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
-        raise _validate._fail(TypeError, "seeds", "a sequence of ints", seeds)
+        raise _validate.fail(TypeError, "seeds", "a sequence of ints", seeds)
     if len(seeds) != len(models):
         raise ValueError(
             f"seeds must hold one seed per model ({len(models)}), "
@@ -617,7 +617,7 @@ def run_seeds(
     """
     _validate.callable_("factory", factory)
     if isinstance(seed_list, (str, bytes)) or not isinstance(seed_list, Sequence):
-        raise _validate._fail(TypeError, "seed_list", "a sequence of ints", seed_list)
+        raise _validate.fail(TypeError, "seed_list", "a sequence of ints", seed_list)
     if not seed_list:
         raise ValueError("seed_list must hold at least one seed, got none")
     checked = tuple(
@@ -642,7 +642,7 @@ def summary_table(runs: dict[str, SeedRuns], *, last: int = 10) -> str:
         The table, one row per label, losses to 3 decimals.
     """
     if not isinstance(runs, dict) or not runs:
-        raise _validate._fail(TypeError, "runs", "a non-empty dict of SeedRuns", runs)
+        raise _validate.fail(TypeError, "runs", "a non-empty dict of SeedRuns", runs)
     for label, r in runs.items():
         _validate.instance(f"runs[{label!r}]", r, SeedRuns, "a SeedRuns")
     rows = [
@@ -758,7 +758,7 @@ def _distinct_seeds(seed_list: object) -> tuple[int, ...]:
         or not isinstance(seed_list, Sequence)
         or not seed_list
     ):
-        raise _validate._fail(
+        raise _validate.fail(
             TypeError, "seeds", "a non-empty sequence of ints", seed_list
         )
     checked = tuple(
@@ -827,7 +827,7 @@ def compare_position_schemes(
     if schemes is None:
         schemes = COMPARISON_SCHEMES
     if isinstance(schemes, str) or not isinstance(schemes, Sequence) or not schemes:
-        raise _validate._fail(
+        raise _validate.fail(
             TypeError, "schemes", "a non-empty sequence of names", schemes
         )
     options = (*COMPARISON_SCHEMES, "sinusoidal", "learned")
@@ -1000,7 +1000,7 @@ def stability_runs(
     if labels is None:
         labels = tuple(STABILITY_RUNS)
     if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
-        raise _validate._fail(TypeError, "labels", "a sequence of run labels", labels)
+        raise _validate.fail(TypeError, "labels", "a sequence of run labels", labels)
     chosen = [_validate.choice("labels", label, STABILITY_RUNS) for label in labels]
     runs = {}
     for label in chosen:
@@ -1197,7 +1197,7 @@ def lag_weight(
     from companion.modern import attention_maps
 
     if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
-        raise _validate._fail(
+        raise _validate.fail(
             TypeError, "models", "a non-empty sequence of trained models", models
         )
     probe = modern_probe() if probe is None else probe
@@ -1292,7 +1292,7 @@ def first_token_mass(
     from companion.modern import attention_maps
 
     if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
-        raise _validate._fail(
+        raise _validate.fail(
             TypeError, "models", "a non-empty sequence of trained models", models
         )
     probe = modern_probe() if probe is None else probe
@@ -1507,7 +1507,7 @@ def band_accuracy(
         "per_position", per_position, dtype="floating", ndim=2, meaning="(seeds, L)"
     )
     if not isinstance(bands, dict) or not bands:
-        raise _validate._fail(
+        raise _validate.fail(
             TypeError, "bands", "a non-empty dict label -> (start, stop)", bands
         )
     L = per_position.shape[1]
@@ -1600,7 +1600,7 @@ def warmup_runs(
     seed_list = _capstone_seeds("seed_list", seed_list)
     configs = WARMUP_CONFIGS if configs is None else configs
     if not isinstance(configs, dict) or not configs:
-        raise _validate._fail(
+        raise _validate.fail(
             TypeError,
             "configs",
             "a non-empty dict label -> (placement, warm-up)",
@@ -1751,9 +1751,7 @@ def _capstone_seeds(name: str, seed_list: object) -> tuple[int, ...]:
         or not isinstance(seed_list, Sequence)
         or not seed_list
     ):
-        raise _validate._fail(
-            TypeError, name, "a non-empty sequence of ints", seed_list
-        )
+        raise _validate.fail(TypeError, name, "a non-empty sequence of ints", seed_list)
     checked = tuple(
         _validate.integer(f"{name}[{i}]", s, minimum=0, maximum=2**32 - 1)
         for i, s in enumerate(seed_list)

@@ -255,7 +255,7 @@ class ModernTinyTransformer(TinyTransformer):
 
 def _windows(windows: object) -> list[int | None]:
     if isinstance(windows, (str, bytes)) or not isinstance(windows, Sequence):
-        raise _validate._fail(
+        raise _validate.fail(
             TypeError, "windows", "a sequence of window sizes (int or None)", windows
         )
     if not windows:

@@ -34,8 +34,6 @@ KNOWN_CIRCLES: set[frozenset[str]] = set()
 KNOWN_PRIVATE_IMPORTS = {
     ("companion.checks", "companion.checks.attention._tiled_without_rescale"),
     ("companion.checks.modern", "companion.checks._core._cases"),
-    ("companion.experiments", "companion._validate._fail"),
-    ("companion.modern", "companion._validate._fail"),
 }
 
 #: modules allowed over MAX_LINES for now: module -> why
