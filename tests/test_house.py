@@ -31,10 +31,7 @@ MAX_LINES = 1000
 KNOWN_CIRCLES: set[frozenset[str]] = set()
 
 #: (importer, imported private name) pairs still to give a public home
-KNOWN_PRIVATE_IMPORTS = {
-    ("companion.checks", "companion.checks.attention._tiled_without_rescale"),
-    ("companion.checks.modern", "companion.checks._core._cases"),
-}
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 
 #: modules allowed over MAX_LINES for now: module -> why
 OVERSIZE = {

@@ -81,9 +81,6 @@ from companion.checks._core import checker as checker
 from companion.checks._core import describe_inputs as describe_inputs
 from companion.checks._core import expect_close as expect_close
 from companion.checks.attention import (
-    _tiled_without_rescale as _tiled_without_rescale,  # a known wrong answer, for tests
-)
-from companion.checks.attention import (
     check_attention,
     check_causal_mask,
     check_masked_attention,

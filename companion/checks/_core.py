@@ -84,7 +84,8 @@ class CheckResult:
         """Show nothing: the line printed by the checker says it all."""
 
 
-def _cases(n: int) -> str:
+def passed_cases(n: int) -> str:
+    """How many cases passed, in words: "the 1 case passes" or "all n cases pass"."""
     return "the 1 case passes" if n == 1 else f"all {n} cases pass"
 
 
@@ -711,7 +712,7 @@ def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., CheckResult]:
         except NotAttempted:
             print(NOT_ATTEMPTED.format(check=check))
             return CheckResult(check, False, count)
-        print(PASSED.format(check=check, cases=_cases(count)))
+        print(PASSED.format(check=check, cases=passed_cases(count)))
         return CheckResult(check, True, count)
 
     return run

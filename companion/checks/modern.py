@@ -16,10 +16,10 @@ from companion.checks._core import (
     CheckResult,
     Mistake,
     NotAttempted,
-    _cases,
     call,
     checker,
     expect_close,
+    passed_cases,
 )
 from companion.decoder import DecoderSpec, Port, from_hf
 
@@ -519,5 +519,5 @@ def check_stablelm_port(stablelm_port: object) -> CheckResult:
     except NotAttempted:
         print(NOT_ATTEMPTED.format(check=check))
         return CheckResult(check, False, count)
-    print(PASSED.format(check=check, cases=_cases(count)))
+    print(PASSED.format(check=check, cases=passed_cases(count)))
     return CheckResult(check, True, count)
