@@ -1511,8 +1511,9 @@ def test_modern_bad_input_raises_a_named_error(
 
 
 def test_chapter_settings_are_the_ones_their_prose_states() -> None:
-    """Chapters 4 and 7 and their claims tests read these constants (one home, so the
-    test and the chapter cannot drift); the prose states their values: three seeds per
+    """The position-family and capstone chapters and their claims tests read these
+    constants (one home, so the test and the chapter cannot drift); the prose states
+    their values: three seeds per
     scheme, T5 again over six; budgets of 500 and 1,000 steps at a peak rate of 1e-2
     after 50 warm-up steps; the warm-up experiment's six seeds, 150 steps at 3e-2; the
     third exercise's 100 steps for the learned table and 600 for RoPE."""

@@ -155,7 +155,7 @@ def test_the_entry_refuses_what_it_does_not_implement(option, match) -> None:
 
 def test_every_built_in_family_is_an_entry() -> None:
     # every entry's spec reader is a function of the model alone, and the eleven
-    # Hugging Face classes are in the one registry chapter 8 lists
+    # Hugging Face classes are in the one registry the real-models chapter lists
     assert len(families.PORTS) == 11
     for name, port in families.PORTS.items():
         assert isinstance(port, families.Port), name
