@@ -117,7 +117,7 @@ strip-check: venv
 # The unit tests, less the trained claims: those run in `claims-ci` under two variants that
 # stand for other processors (the chapters themselves assert them as is, under nbmake).
 unit: venv
-	$(BIN)/pytest tests/ -q -m "not trained"
+	$(BIN)/pytest tests/ -q -m "not trained" --durations=10
 
 # Trained outcomes are chaotic at float rounding, so every claim the book makes from training
 # (tests marked `trained`) must hold under every variant of scripts/claims.py: initial weights
@@ -135,7 +135,7 @@ claims-ci: venv
 notebooks: venv
 	$(call fresh_cache)
 	PYTHONPATH=scripts $(BIN)/pytest -p nbmake_cache --nb-cache=_build/.jupyter_cache \
-		--nbmake --nbmake-timeout=900 -q $(NOTEBOOKS)
+		--nbmake --nbmake-timeout=900 -q --durations=0 $(NOTEBOOKS)
 
 browser: venv
 	$(BIN)/pytest tests/browser -q --browser --ignore=tests/browser/test_pdf.py --durations=15
