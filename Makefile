@@ -18,7 +18,8 @@ STAMP  := $(VENV)/.installed
 HTML   := _build/html
 # Everything a chapter's outputs depend on besides its own cells. jupyter-cache hashes only a
 # notebook's code cells, so a change here must clear the execution cache.
-CACHE_INPUTS = $(sort $(wildcard companion/*.py)) requirements.txt
+CACHE_INPUTS = $(sort $(wildcard companion/*.py companion/*/*.py benchmarks/recorded/*.json)) \
+	requirements.txt
 CACHE_KEY    := _build/.companion-key
 NOTEBOOKS     = $(sort $(wildcard book/*.ipynb))
 
