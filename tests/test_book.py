@@ -625,7 +625,9 @@ def test_bibliography_keeps_arxiv_ids_in_eprint_only() -> None:
     stray = []
     for entry in entries:
         key = re.match(r"@\w+\{([^,]+),", entry.strip())
-        for field, value in re.findall(r"^\s*(\w+)\s*=\s*\{(.*)\},?\s*$", entry, flags=re.M):
+        for field, value in re.findall(
+            r"^\s*(\w+)\s*=\s*\{(.*)\},?\s*$", entry, flags=re.M
+        ):
             if field.lower() == "eprint":
                 continue
             if re.search(r"arXiv:\s*\d{4}\.\d{4,5}", value):
