@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -1176,6 +1176,28 @@ def measure_stability(
 
 
 @torch.no_grad()
+def _checked_models_and_probe(models: object, probe: object) -> torch.Tensor:
+    """Checks a sequence of trained models and a probe (``None``: :func:`modern_probe`)."""
+    if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
+        raise _validate.fail(
+            TypeError, "models", "a non-empty sequence of trained models", models
+        )
+    probe = modern_probe() if probe is None else probe
+    _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
+    return probe
+
+
+def _attention_maps_of(
+    models: Sequence[nn.Module], probe: torch.Tensor
+) -> Iterator[torch.Tensor]:
+    """Each model's attention maps on ``probe``, (layers, B, H, L, L), checking it first."""
+    from companion.modern import attention_maps
+
+    for i, net in enumerate(models):
+        _validate.module(f"models[{i}]", net, TinyTransformer)
+        yield attention_maps(net, probe)
+
+
 def lag_weight(
     models: Sequence[nn.Module],
     probe: torch.Tensor | None = None,
@@ -1194,23 +1216,14 @@ def lag_weight(
     Returns:
         float64 ``(models, layers, heads)``.
     """
-    from companion.modern import attention_maps
-
-    if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
-        raise _validate.fail(
-            TypeError, "models", "a non-empty sequence of trained models", models
-        )
-    probe = modern_probe() if probe is None else probe
-    _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
+    probe = _checked_models_and_probe(models, probe)
     lag = _validate.positive_int("lag", lag)
     if lag >= probe.shape[1]:
         raise ValueError(
             f"lag must be less than the probe's length ({probe.shape[1]}), got {lag}"
         )
     out = []
-    for i, net in enumerate(models):
-        _validate.module(f"models[{i}]", net, TinyTransformer)
-        maps = attention_maps(net, probe)  # (layers, B, H, L, L)
+    for maps in _attention_maps_of(models, probe):  # (layers, B, H, L, L)
         back = maps[..., lag:, :].diagonal(offset=0, dim1=-2, dim2=-1)  # (.., L - lag)
         out.append(back.mean(dim=(1, 3)).double())  # (layers, H)
     return torch.stack(out)
@@ -1289,23 +1302,14 @@ def first_token_mass(
         float64 ``(models, layers, heads)``; compare with
         :func:`uniform_first_token_share`.
     """
-    from companion.modern import attention_maps
-
-    if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
-        raise _validate.fail(
-            TypeError, "models", "a non-empty sequence of trained models", models
-        )
-    probe = modern_probe() if probe is None else probe
-    _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
+    probe = _checked_models_and_probe(models, probe)
     start = _validate.nonnegative_int("start", start)
     if start >= probe.shape[1]:
         raise ValueError(
             f"start must be less than the probe's length ({probe.shape[1]}), got {start}"
         )
     mass = []
-    for i, net in enumerate(models):
-        _validate.module(f"models[{i}]", net, TinyTransformer)
-        maps = attention_maps(net, probe)  # (layers, B, H, L, L)
+    for maps in _attention_maps_of(models, probe):  # (layers, B, H, L, L)
         mass.append(maps[..., start:, 0].mean(dim=(1, 3)).double())  # (layers, H)
     return torch.stack(mass)
 
