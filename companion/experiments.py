@@ -18,7 +18,15 @@ chapter trains is built here, where those variants act:
   together), each at its own number of steps and warm-up if asked;
 * :func:`run_seeds` builds and trains one configuration over several seeds and returns a
   :class:`SeedRuns`, whose :meth:`SeedRuns.summary` gives the mean and spread the chapters
-  print.
+  print (:func:`summary_table` for several configurations).
+
+The chapters' experiments live in a module each, named after their idea, and build and
+train every model here: :mod:`companion.position_comparison` (chapter 4's trained
+comparison of the position family), :mod:`companion.capstone` (chapter 7's scheme
+comparison, Post-LN against Pre-LN, the third exercise) and :mod:`companion.stability`
+(chapter 9's stability runs and what the trained attention reads). Their names were
+here before; they still answer from here, with a ``DeprecationWarning`` naming the new
+home, for one release.
 
 ``make claims`` (``scripts/claims.py``) reruns every trained claim (``tests/test_*claims*.py``,
 marker ``trained``) with the jitter at ``+1e-7`` and ``-1e-7``, on one thread, with
@@ -30,39 +38,36 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from companion import _validate
+from companion import _deprecation, _validate
 from companion.environment import seed_everything
 from companion.model import (
-    ModelConfig,
     TinyTransformer,
     check_lag_task,
     lag_task,
     model_config,
-    position_accuracy,
 )
 
 __all__ = [
     "JITTER_ENV",
-    "POSITION_FAMILY_STEPS",
     "SEED_OFFSET_ENV",
-    "PositionComparison",
     "SeedRuns",
     "TrainingRun",
     "build",
-    "compare_position_schemes",
+    "distinct_seeds",
     "init_jitter",
     "jitter_",
     "run_seeds",
     "seed_offset",
     "seeds",
     "summary_table",
+    "task_targets",
     "train",
     "train_batched",
 ]
@@ -132,6 +137,33 @@ def seeds(n: int) -> tuple[int, ...]:
     n = _validate.positive_int("n", n)
     offset = seed_offset()
     return tuple(range(offset, offset + n))
+
+
+def distinct_seeds(name: str, seed_list: object) -> tuple[int, ...]:
+    """``seed_list`` checked to be distinct seeds in ``[0, 2**32)``, as a tuple: the
+    check every experiment that takes a list of seeds shares (the capstone's and the
+    stability runs').
+
+    Args:
+        name: the caller's name for the argument, for the message.
+        seed_list: a non-empty sequence of ints.
+
+    Returns:
+        The seeds, in order.
+    """
+    if (
+        isinstance(seed_list, (str, bytes))
+        or not isinstance(seed_list, Sequence)
+        or not seed_list
+    ):
+        raise _validate.fail(TypeError, name, "a non-empty sequence of ints", seed_list)
+    checked = tuple(
+        _validate.integer(f"{name}[{i}]", s, minimum=0, maximum=2**32 - 1)
+        for i, s in enumerate(seed_list)
+    )
+    if len(set(checked)) != len(checked):
+        raise ValueError(f"{name} must not repeat a seed, got {checked}")
+    return checked
 
 
 @torch.no_grad()
@@ -478,7 +510,7 @@ def train_batched(
         if targets is None:
             target = torch.stack([y for _, y in batches]).to(device)  # (M, B, L)
         else:
-            target = torch.stack([_task_targets(targets, t) for t in tokens])
+            target = torch.stack([task_targets(targets, t) for t in tokens])
         losses = batched_loss(params, tokens, target)  # (M,)
         # no shared parameter: each model gets its own gradient
         grads = torch.autograd.grad(losses.sum(), list(params.values()))
@@ -513,10 +545,24 @@ def _per_model(
     return [check(name, value)] * count
 
 
-def _task_targets(
+def task_targets(
     targets: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor
 ) -> torch.Tensor:
-    """``targets(tokens)``, checked to be integer targets of the tokens' shape."""
+    """``targets(tokens)``, checked to be integer targets of the tokens' shape: the
+    check of :func:`train_batched`'s ``targets``, which an experiment that scores
+    another task on the lag task's tokens shares
+    (:func:`companion.capstone.absolute_position_runs`).
+
+    Args:
+        targets: ``(B, L)`` token ids -> ``(B, L)`` integer targets.
+        tokens: the token ids.
+
+    Returns:
+        The targets as int64.
+
+    Shape:
+        - tokens, output: ``(B, L)``
+    """
     out = _validate.tensor("targets(tokens)", targets(tokens), dtype="integer")
     _validate.shape("targets(tokens)", out, tokens.shape, "of the tokens")
     return out.long()
@@ -656,1110 +702,24 @@ def summary_table(runs: dict[str, SeedRuns], *, last: int = 10) -> str:
     return "\n".join(rows)
 
 
-# ---- The position family's comparison (chapter 4) ----------------------------------------
-
-# after the seeds() above: compare_position_schemes takes a parameter of that name
-_experiment_seeds = seeds
-
-POSITION_FAMILY_STEPS: dict[str, int | tuple[int, ...]] = {
-    "none": (500, 1000),  # the slow learners: a fixed budget, and half of it beside
-    "alibi": (500, 1000),
-    "rope": 400,  # the others reach a loss near zero within 400 steps
-    "p_rope": 400,
-    "t5": 400,
-    "shaw": 400,
-    "transformer_xl": 400,
-}
-"""Chapter 4's budgets per scheme, for :func:`compare_position_schemes`'s ``steps``."""
-
-POSITION_FAMILY_SEEDS = 3
-"""Chapter 4's seed count for every scheme, as in :func:`seeds` ``(POSITION_FAMILY_SEEDS)``."""
-
-POSITION_FAMILY_T5_SEEDS = 6
-"""Chapter 4 trains T5 again over :func:`seeds` ``(POSITION_FAMILY_T5_SEEDS)``: its
-outcome beyond the training length is a frequency over seeds."""
-
-__all__ += ["POSITION_FAMILY_SEEDS", "POSITION_FAMILY_T5_SEEDS"]
-
-
-@dataclass(frozen=True)
-class PositionComparison:
-    """What :func:`compare_position_schemes` returns.
-
-    Attributes:
-        schemes: the schemes, in order.
-        seeds: the seeds (one model per scheme and seed).
-        training_length: ``L_0``, the length trained on.
-        lag: the task's lag.
-        losses: scheme -> training loss at each step, ``(seeds, steps)``.
-        accuracy: scheme -> accuracy at each position of the evaluation length,
-            ``(seeds, eval_length)`` (``nan`` at ``t < lag``).
-        models: scheme -> the trained models, one per seed.
-        shorter: ``(scheme, steps)`` -> the accuracy at each position, ``(seeds,
-            eval_length)``, of the same seeds trained for a smaller budget (when
-            ``steps`` gave the scheme several).
-    """
-
-    schemes: tuple[str, ...]
-    seeds: tuple[int, ...]
-    training_length: int
-    lag: int
-    losses: dict[str, torch.Tensor]
-    accuracy: dict[str, torch.Tensor]
-    models: dict[str, list[TinyTransformer]]
-    shorter: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
-
-    def band(self, scheme: str, start: int, stop: int) -> torch.Tensor:
-        """Each seed's mean accuracy over positions ``start <= t < stop``, ``(seeds,)``."""
-        scheme = _validate.choice("scheme", scheme, self.schemes)
-        return self.accuracy[scheme][:, start:stop].mean(dim=1)
-
-    def inside(self, scheme: str) -> torch.Tensor:
-        """Accuracy on the trained positions ``lag <= t < L_0``, per seed."""
-        return self.band(scheme, self.lag, self.training_length)
-
-    def beyond(self, scheme: str) -> torch.Tensor:
-        """Accuracy on the positions beyond the training length only, ``t >= L_0``,
-        per seed."""
-        eval_length = next(iter(self.accuracy.values())).shape[-1]
-        return self.band(scheme, self.training_length, eval_length)
-
-    def final_loss(self, scheme: str, window: int = 50) -> torch.Tensor:
-        """Each seed's mean training loss over the last ``window`` steps."""
-        scheme = _validate.choice("scheme", scheme, self.schemes)
-        window = _validate.positive_int("window", window)
-        return self.losses[scheme][:, -window:].mean(dim=1)
-
-    def table(self) -> str:
-        """A Markdown table: per scheme, the accuracy inside and beyond ``L_0`` as
-        mean ± standard deviation over the seeds (lowest–highest), and the final loss."""
-
-        def cell(v: torch.Tensor) -> str:
-            sd = v.std(correction=1).item() if v.numel() > 1 else 0.0
-            return f"{v.mean():.3f} ± {sd:.3f} ({v.min():.2f}–{v.max():.2f})"
-
-        eval_length = next(iter(self.accuracy.values())).shape[-1]
-        rows = [
-            f"| scheme | inside: t = {self.lag}–{self.training_length - 1} | beyond "
-            f"only: t = {self.training_length}–{eval_length - 1} | final loss |",
-            "|---|---|---|---|",
-        ]
-        for s in self.schemes:
-            rows.append(
-                f"| {s} | {cell(self.inside(s))} | {cell(self.beyond(s))} | "
-                f"{self.final_loss(s).mean():.3f} |"
-            )
-        return "\n".join(rows)
-
-
-def _distinct_seeds(seed_list: object) -> tuple[int, ...]:
-    if (
-        isinstance(seed_list, (str, bytes))
-        or not isinstance(seed_list, Sequence)
-        or not seed_list
-    ):
-        raise _validate.fail(
-            TypeError, "seeds", "a non-empty sequence of ints", seed_list
-        )
-    checked = tuple(
-        _validate.integer(f"seeds[{i}]", s, minimum=0, maximum=2**32 - 1)
-        for i, s in enumerate(seed_list)
-    )
-    if len(set(checked)) != len(checked):
-        raise ValueError(f"seeds must not repeat, got {checked}")
-    return checked
-
-
-def compare_position_schemes(
-    schemes: Sequence[str] | None = None,
-    *,
-    seeds: Sequence[int] | None = None,
-    steps: int | dict[str, int | tuple[int, ...]] = 400,
-    config: ModelConfig | None = None,
-    training_length: int = 16,
-    eval_length: int = 64,
-    lag: int = 2,
-    batch_size: int = 32,
-    lr: float = 1e-2,
-    warmup_steps: int = 50,
-    num_sequences: int = 256,
-    progress: bool = False,
-) -> PositionComparison:
-    """Train every scheme on the lag task with every seed and measure the accuracy at
-    each position up to ``eval_length`` (the trained comparison of chapter 4).
-
-    The test bench is :mod:`companion.model`'s: a :class:`~companion.model.TinyTransformer`
-    (default: vocabulary 16, width 32, 4 heads, 2 layers) with the position scheme of
-    :func:`companion.relative.position_family_model`, built by :func:`build` (so
-    ``COMPANION_INIT_JITTER`` acts on it), trained by :func:`train_batched` (all seeds
-    and budgets of a scheme as one batched model, AdamW, linear warm-up then a cosine
-    decay) on :func:`companion.model.lag_task` at ``training_length``, then scored by
-    :func:`companion.model.position_accuracy` on one evaluation batch of ``eval_length``
-    positions. Seed ``s`` builds its model from seed ``s`` and draws its batches from
-    seed ``s``. Every argument is checked before the first model is built.
-
-    Args:
-        schemes: names from ``companion.relative.COMPARISON_SCHEMES`` (or
-            ``"sinusoidal"``, ``"learned"``), without repeats; ``None``: all of
-            ``COMPARISON_SCHEMES``.
-        seeds: at least one seed, without repeats; ``None``: :func:`seeds` ``(3)``.
-        steps: optimization steps per model: one number, or one per scheme (a dict
-            from every scheme to its steps: the slow learners can get more). A tuple
-            of budgets for a scheme trains its seeds at each, in one batched run;
-            the largest gives the results, the others go to
-            :attr:`PositionComparison.shorter`.
-        config: the model sizes (``position`` is set per scheme); ``None`` for the
-            default above.
-        training_length: ``L_0``.
-        eval_length: the evaluation length, more than ``L_0``.
-        lag: the task's lag, less than ``L_0``.
-        batch_size: sequences per step.
-        lr: peak learning rate.
-        warmup_steps: linear warm-up steps.
-        num_sequences: evaluation sequences.
-        progress: print the mean loss while training.
-
-    Returns:
-        A :class:`PositionComparison`.
-    """
-    from companion.relative import COMPARISON_SCHEMES, position_family_model
-
-    if schemes is None:
-        schemes = COMPARISON_SCHEMES
-    if isinstance(schemes, str) or not isinstance(schemes, Sequence) or not schemes:
-        raise _validate.fail(
-            TypeError, "schemes", "a non-empty sequence of names", schemes
-        )
-    options = (*COMPARISON_SCHEMES, "sinusoidal", "learned")
-    schemes = tuple(
-        _validate.choice(f"schemes[{i}]", s, options) for i, s in enumerate(schemes)
-    )
-    if len(set(schemes)) != len(schemes):
-        raise ValueError(f"schemes must not repeat a name, got {schemes}")
-    seed_list = _experiment_seeds(3) if seeds is None else _distinct_seeds(seeds)
-    if config is None:
-        config = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
-    _validate.instance("config", config, ModelConfig, "a ModelConfig")
-    training_length = _validate.positive_int("training_length", training_length)
-    eval_length = _validate.positive_int("eval_length", eval_length)
-    if eval_length <= training_length:
-        raise ValueError(
-            f"eval_length must be more than training_length={training_length}, got "
-            f"{eval_length}"
-        )
-    if isinstance(steps, dict):
-        missing = [s for s in schemes if s not in steps]
-        if missing:
-            raise ValueError(
-                f"steps must give every scheme its steps, missing {missing}"
-            )
-        budget = {}
-        for s in schemes:
-            given = steps[s] if isinstance(steps[s], tuple) else (steps[s],)
-            if not given:
-                raise ValueError(f"steps[{s!r}] must hold at least one budget, got ()")
-            counts = [_validate.positive_int(f"steps[{s!r}]", n) for n in given]
-            if len(set(counts)) != len(counts):
-                raise ValueError(f"steps[{s!r}] must not repeat a budget, got {given}")
-            budget[s] = tuple(sorted(counts))
-    else:
-        budget = dict.fromkeys(schemes, (_validate.positive_int("steps", steps),))
-    lr = _validate.positive_real("lr", lr)
-    warmup_steps = _validate.nonnegative_int("warmup_steps", warmup_steps)
-    num_sequences = _validate.positive_int("num_sequences", num_sequences)
-    progress = _validate.flag("progress", progress)
-    batch_size = _validate.positive_int("batch_size", batch_size)
-    lag = _validate.positive_int("lag", lag)
-    if lag >= training_length:
-        raise ValueError(
-            f"lag must be less than training_length={training_length}, got {lag}"
-        )
-    config = replace(config, max_len=max(config.max_len, eval_length))
-
-    losses: dict[str, torch.Tensor] = {}
-    accuracy: dict[str, torch.Tensor] = {}
-    models: dict[str, list[TinyTransformer]] = {}
-    shorter: dict[tuple[str, int], torch.Tensor] = {}
-    for scheme in schemes:
-        jobs = [(n, seed) for n in budget[scheme] for seed in seed_list]
-        nets = [
-            build(lambda s=scheme: position_family_model(s, config), seed)
-            for _, seed in jobs
-        ]
-        if progress:
-            print(f"{scheme}: seeds {seed_list}, {budget[scheme]} steps")
-        runs = train_batched(
-            nets,
-            seeds=[seed for _, seed in jobs],
-            steps=[n for n, _ in jobs],
-            batch_size=batch_size,
-            length=training_length,
-            lag=lag,
-            lr=lr,
-            warmup_steps=warmup_steps,
-            schedule="cosine",
-            progress=progress,
-        )
-        acc = [
-            position_accuracy(
-                net, length=eval_length, lag=lag, num_sequences=num_sequences
-            )
-            for net in nets
-        ]
-        last = len(jobs) - len(seed_list)  # the largest budget: the last seeds' jobs
-        losses[scheme] = torch.tensor(
-            [r.losses for r in runs[last:]], dtype=torch.float64
-        )
-        accuracy[scheme] = torch.stack(acc[last:])
-        models[scheme] = nets[last:]
-        for k, n in enumerate(budget[scheme][:-1]):
-            shorter[scheme, n] = torch.stack(
-                acc[k * len(seed_list) : (k + 1) * len(seed_list)]
-            )
-    return PositionComparison(
-        schemes, seed_list, training_length, lag, losses, accuracy, models, shorter
-    )
-
-
-# ---- The modern layer's experiments (chapter 9) -------------------------------------------
-#
-# Chapter 9 trains the tiny RoPE model of chapter 7 with plain attention, QK-norm and
-# soft-capping, at a learning rate where the plain model fails, and reads the trained
-# models' attention (the stability runs and the sink measurement). The chapter and
-# tests/test_modern_claims.py call these functions, so the claims the harness checks are
-# the chapter's own.
-
-__all__ += [
-    "MODERN_SIZES",
-    "MODERN_TASK",
-    "STABILITY_CAP",
-    "STABILITY_RUNS",
-    "STABILITY_STEPS",
-    "StabilityMeasures",
-    "first_attention_step",
-    "first_token_mass",
-    "lag_weight",
-    "measure_stability",
-    "modern_probe",
-    "stability_runs",
-    "uniform_first_token_share",
-]
-
-MODERN_SIZES = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
-"""Chapter 9's tiny model — width 32, four heads of width 8, two layers, RoPE."""
-
-MODERN_TASK: dict[str, int] = {"batch_size": 32, "length": 16, "lag": 2}
-"""Chapter 9's lag task — 32 sequences of 16 tokens a step, output the token two back."""
-
-STABILITY_RUNS: dict[str, tuple[str, float]] = {
-    "plain, lr 0.03": ("rope", 0.03),
-    "plain, lr 0.3": ("rope", 0.3),
-    "QK-norm, lr 0.3": ("qk_norm", 0.3),
-    "soft-cap 5, lr 0.3": ("softcap", 0.3),
-}
-"""Chapter 9's stability runs — label -> (attention of
-:class:`~companion.modern.ModernTinyTransformer`, AdamW learning rate)."""
-
-STABILITY_STEPS = 200
-"""Chapter 9's stability runs — optimization steps of every run."""
-
-STABILITY_CAP = 5.0
-"""Chapter 9's stability runs — the soft-cap of the ``"softcap"`` runs (Gemma 2's is 50;
-this one the tiny model's logits reach)."""
-
-
-def stability_runs(
-    seed_list: Sequence[int],
-    *,
-    steps: int = STABILITY_STEPS,
-    cap: float = STABILITY_CAP,
-    labels: Sequence[str] | None = None,
-) -> dict[str, SeedRuns]:
-    """Chapter 9's stability runs: each of :data:`STABILITY_RUNS` over ``seed_list``.
-
-    Equivalent to the following, for each label::
-
-        run_seeds(lambda: ModernTinyTransformer(MODERN_SIZES, attention=kind, cap=cap),
-                  seed_list, steps=steps, lr=lr, **MODERN_TASK)
-
-    AdamW without weight decay at a constant learning rate, no warm-up (:func:`train`).
-
-    Args:
-        seed_list: the seeds (e.g. ``seeds(6)``).
-        steps: optimization steps of every run.
-        cap: the soft-cap of the ``"softcap"`` runs.
-        labels: which of :data:`STABILITY_RUNS` to run (``None``: all, in order).
-
-    Returns:
-        label -> :class:`SeedRuns`.
-    """
-    from companion.modern import ModernTinyTransformer  # modern imports model, as here
-
-    steps = _validate.positive_int("steps", steps)
-    cap = _validate.positive_real("cap", cap)
-    if labels is None:
-        labels = tuple(STABILITY_RUNS)
-    if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
-        raise _validate.fail(TypeError, "labels", "a sequence of run labels", labels)
-    chosen = [_validate.choice("labels", label, STABILITY_RUNS) for label in labels]
-    runs = {}
-    for label in chosen:
-        kind, lr = STABILITY_RUNS[label]
-        runs[label] = run_seeds(
-            lambda kind=kind: ModernTinyTransformer(
-                MODERN_SIZES, attention=kind, cap=cap
-            ),
-            seed_list,
-            steps=steps,
-            lr=lr,
-            **MODERN_TASK,
-        )
-    return runs
-
-
-def modern_probe(num_sequences: int = 64) -> torch.Tensor:
-    """The batch on which chapter 9 reads trained models' attention: ``num_sequences`` of
-    :data:`MODERN_TASK`'s length from :func:`~companion.model.lag_task`, generator seed
-    1234 (no training seed), the same under every variant.
-
-    Shape:
-        output: ``(num_sequences, 16)`` token ids.
-    """
-    num_sequences = _validate.positive_int("num_sequences", num_sequences)
-    generator = torch.Generator().manual_seed(1234)
-    return lag_task(
-        num_sequences,
-        MODERN_TASK["length"],
-        lag=MODERN_TASK["lag"],
-        vocab_size=MODERN_SIZES.vocab_size,
-        generator=generator,
-    )[0]
-
-
-@dataclass
-class StabilityMeasures:
-    """What :func:`measure_stability` reads from one configuration's trained models,
-    one entry per seed (``(seeds,)``) or per seed and layer (``(seeds, layers)``).
-
-    Attributes:
-        final: mean training loss over the last 20 steps, ``(seeds,)``.
-        lowest: the lowest mean training loss over 20 consecutive steps, ``(seeds,)``
-            (a run that trained and then spiked near its end keeps it low).
-        accuracy: :func:`~companion.model.accuracy` on the lag task, ``(seeds,)``.
-        largest_logit: the largest ``|score|`` the attention sees (scaled by
-            ``1/sqrt(D)``, after the cap where there is one) on the probe, ``(seeds,)``.
-        raw_logit: the same before the cap (the soft-capped model's weights run without
-            it); equal to ``largest_logit`` where there is no cap, ``(seeds,)``.
-        one_hot: the fraction of the probe's attention rows (every layer, head and
-            sequence, queries ``t >= 1``; query 0 sees one key) whose largest weight
-            passes 0.99, ``(seeds,)``.
-        spike: the largest training loss of a step after the first step whose loss is
-            below 0.01 (a trained run's spikes), ``(seeds,)``; NaN where no step gets
-            below 0.01.
-        saturated: the fraction of the causal scores within 1% of the cap, ``(seeds,)``;
-            NaN without a cap.
-        zero_slope: the fraction of the causal scores where the cap's slope
-            ``1 - tanh^2(s / cap)`` is exactly zero in the model's dtype (``tanh``
-            rounded to ``+-1``: no gradient passes), ``(seeds,)``; NaN without a cap.
-        bound: :func:`~companion.modern.qk_norm_logit_bound` of each layer's trained
-            gains, ``(seeds, layers)``; NaN without QK-norm.
-        layer_logit: the largest ``|score|`` of each layer, ``(seeds, layers)``.
-        gain: the largest ``|gain|`` of each layer's query and key norms,
-            ``(seeds, layers)``; NaN without QK-norm.
-    """
-
-    final: torch.Tensor
-    lowest: torch.Tensor
-    accuracy: torch.Tensor
-    largest_logit: torch.Tensor
-    raw_logit: torch.Tensor
-    one_hot: torch.Tensor
-    spike: torch.Tensor
-    saturated: torch.Tensor
-    zero_slope: torch.Tensor
-    bound: torch.Tensor
-    layer_logit: torch.Tensor
-    gain: torch.Tensor
-
-    def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            _validate.tensor(name, getattr(self, name), min_ndim=1, max_ndim=2)
-        seeds = self.final.shape[0]
-        for name in self.__dataclass_fields__:
-            _validate.size(name, getattr(self, name), 0, seeds, "one per seed")
-
-
-@torch.no_grad()
-def measure_stability(
-    runs: SeedRuns, probe: torch.Tensor | None = None
-) -> StabilityMeasures:
-    """Read the final and lowest loss, the spikes, accuracy, logits, one-hot rows,
-    QK-norm bounds and saturation of the trained models of one of
-    :func:`stability_runs`' configurations.
-
-    Args:
-        runs: one configuration's :class:`SeedRuns`.
-        probe: token ids to read the attention on (``None``: :func:`modern_probe`).
-
-    Returns:
-        A :class:`StabilityMeasures`.
-    """
-    from companion.model import accuracy
-    from companion.modern import (
-        ModernTinyTransformer,
-        QKNormSelfAttention,
-        SoftcapSelfAttention,
-        attention_maps,
-        qk_norm_logit_bound,
-    )
-
-    _validate.instance("runs", runs, SeedRuns, "a SeedRuns")
-    probe = modern_probe() if probe is None else probe
-    _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
-    nan = float("nan")
-    rows: dict[str, list] = {k: [] for k in StabilityMeasures.__dataclass_fields__}
-    for net, curve in zip(runs.models, runs.losses, strict=True):
-        _validate.module("runs.models[i]", net, ModernTinyTransformer)
-        device = next(net.parameters()).device
-        ids = probe.to(device)
-        scores = attention_maps(net, ids, scores=True)  # (layers, B, H, L, L)
-        finite = [s[s.isfinite()].abs() for s in scores]  # per layer
-        top_weight = scores[..., 1:, :].softmax(-1).amax(-1)  # (layers, B, H, L - 1)
-        rows["one_hot"].append(top_weight.gt(0.99).double().mean().item())
-        low = [i for i, loss in enumerate(curve) if loss < 0.01]
-        rows["spike"].append(max(curve[low[0] :]) if low else nan)
-        layers = [m for m in net.modules() if isinstance(m, SoftcapSelfAttention)]
-        if layers:  # the same weights without the cap
-            plain = ModernTinyTransformer(net.config, attention="rope").to(device)
-            plain.load_state_dict(net.state_dict())
-            raw = attention_maps(plain, ids, scores=True)
-            raw_top = raw[raw.isfinite()].abs().max().item()
-            cap = layers[0].cap
-            saturated = torch.cat(finite).gt(0.99 * cap).double().mean().item()
-            tanh = torch.tanh(raw[raw.isfinite()] / cap)  # as softcap computes it
-            zero_slope = (1 - tanh * tanh).eq(0).double().mean().item()
-        else:
-            raw_top = torch.cat(finite).max().item()
-            saturated = zero_slope = nan
-        qk = [m for m in net.modules() if isinstance(m, QKNormSelfAttention)]
-        rows["bound"].append(
-            [qk_norm_logit_bound(m.q_norm.weight, m.k_norm.weight) for m in qk]
-            or [nan] * len(finite)
-        )
-        rows["gain"].append(
-            [
-                torch.cat([m.q_norm.weight, m.k_norm.weight]).abs().max().item()
-                for m in qk
-            ]
-            or [nan] * len(finite)
-        )
-        rows["final"].append(sum(curve[-20:]) / len(curve[-20:]))
-        window = min(20, len(curve))
-        rows["lowest"].append(
-            torch.tensor(curve, dtype=torch.float64)
-            .unfold(0, window, 1)
-            .mean(-1)
-            .min()
-            .item()
-        )
-        rows["accuracy"].append(
-            accuracy(net, length=MODERN_TASK["length"], lag=MODERN_TASK["lag"])
-        )
-        rows["largest_logit"].append(torch.cat(finite).max().item())
-        rows["raw_logit"].append(raw_top)
-        rows["saturated"].append(saturated)
-        rows["zero_slope"].append(zero_slope)
-        rows["layer_logit"].append([f.max().item() for f in finite])
-    return StabilityMeasures(
-        **{k: torch.tensor(v, dtype=torch.float64) for k, v in rows.items()}
-    )
-
-
-@torch.no_grad()
-def _checked_models_and_probe(models: object, probe: object) -> torch.Tensor:
-    """Checks a sequence of trained models and a probe (``None``: :func:`modern_probe`)."""
-    if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
-        raise _validate.fail(
-            TypeError, "models", "a non-empty sequence of trained models", models
-        )
-    probe = modern_probe() if probe is None else probe
-    _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
-    return probe
-
-
-def _attention_maps_of(
-    models: Sequence[nn.Module], probe: torch.Tensor
-) -> Iterator[torch.Tensor]:
-    """Each model's attention maps on ``probe``, (layers, B, H, L, L), checking it first."""
-    from companion.modern import attention_maps
-
-    for i, net in enumerate(models):
-        _validate.module(f"models[{i}]", net, TinyTransformer)
-        yield attention_maps(net, probe)
-
-
-def lag_weight(
-    models: Sequence[nn.Module],
-    probe: torch.Tensor | None = None,
-    *,
-    lag: int = MODERN_TASK["lag"],
-) -> torch.Tensor:
-    """The attention weight trained tiny models put on the key ``lag`` places back (the
-    lag task's answer): for each model, layer and head, averaged over the probe's
-    sequences and its queries ``t >= lag``.
-
-    Args:
-        models: trained :class:`~companion.model.TinyTransformer` s.
-        probe: token ids (``None``: :func:`modern_probe`).
-        lag: how far back the key sits.
-
-    Returns:
-        float64 ``(models, layers, heads)``.
-    """
-    probe = _checked_models_and_probe(models, probe)
-    lag = _validate.positive_int("lag", lag)
-    if lag >= probe.shape[1]:
-        raise ValueError(
-            f"lag must be less than the probe's length ({probe.shape[1]}), got {lag}"
-        )
-    out = []
-    for maps in _attention_maps_of(models, probe):  # (layers, B, H, L, L)
-        back = maps[..., lag:, :].diagonal(offset=0, dim1=-2, dim2=-1)  # (.., L - lag)
-        out.append(back.mean(dim=(1, 3)).double())  # (layers, H)
-    return torch.stack(out)
-
-
-def first_attention_step(
-    seed_list: Sequence[int],
-    *,
-    lr: float = STABILITY_RUNS["plain, lr 0.3"][1],
-    device: torch.device | str | None = None,
-) -> dict[str, torch.Tensor]:
-    """AdamW's first step on ``W_Q`` and ``W_K`` of every layer of chapter 9's plain
-    model, measured: the stability runs' first step (:func:`train_batched`, one step of
-    :data:`MODERN_TASK` from the seed), taken on a model built as they build it.
-
-    Args:
-        seed_list: the seeds.
-        lr: AdamW's learning rate (the failing plain run's, 0.3).
-        device: where to compute.
-
-    Returns:
-        ``"initial"``: the weights before the step and ``"step"``: ``|after - before|``,
-        each float64 ``(seeds, layers, 2, dim, dim)`` (index 0 of the third axis is
-        ``W_Q``, 1 is ``W_K``).
-    """
-    from companion.model import CausalSelfAttention
-    from companion.modern import ModernTinyTransformer
-
-    seed_list = _capstone_seeds("seed_list", seed_list)
-    lr = _validate.positive_real("lr", lr)
-    initial, step = [], []
-    for seed in seed_list:
-        net = build(
-            lambda: ModernTinyTransformer(MODERN_SIZES, attention="rope"),
-            seed,
-            device=device,
-        )
-        layers = [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
-
-        def weights(layers: list = layers) -> torch.Tensor:
-            pairs = [torch.stack([m.q_proj.weight, m.k_proj.weight]) for m in layers]
-            return torch.stack(pairs).detach().double()  # (layers, 2, dim, dim)
-
-        before = weights()
-        train_batched([net], seeds=[seed], steps=1, lr=lr, **MODERN_TASK)
-        initial.append(before)
-        step.append((weights() - before).abs())
-    return {"initial": torch.stack(initial), "step": torch.stack(step)}
-
-
-def uniform_first_token_share(length: int = 16, *, start: int = 4) -> float:
-    r"""The weight an even spread puts on the first token, averaged over queries
-    ``t = start .. length - 1``: the mean of :math:`1/(t + 1)`."""
-    length = _validate.positive_int("length", length)
-    start = _validate.nonnegative_int("start", start)
-    if start >= length:
-        raise ValueError(f"start must be less than length ({length}), got {start}")
-    return (1 / (torch.arange(start, length, dtype=torch.float64) + 1)).mean().item()
-
-
-@torch.no_grad()
-def first_token_mass(
-    models: Sequence[nn.Module], probe: torch.Tensor | None = None, *, start: int = 4
-) -> torch.Tensor:
-    """The attention weight trained tiny models put on the first token (a sink's
-    signature): for each model, layer and head, averaged over the probe's sequences and
-    its queries at ``t >= start``.
-
-    Args:
-        models: trained :class:`~companion.model.TinyTransformer` s (e.g. a
-            :class:`SeedRuns`' ``models``).
-        probe: token ids (``None``: :func:`modern_probe`).
-        start: the first query counted (the first queries have few keys to choose from).
-
-    Returns:
-        float64 ``(models, layers, heads)``; compare with
-        :func:`uniform_first_token_share`.
-    """
-    probe = _checked_models_and_probe(models, probe)
-    start = _validate.nonnegative_int("start", start)
-    if start >= probe.shape[1]:
-        raise ValueError(
-            f"start must be less than the probe's length ({probe.shape[1]}), got {start}"
-        )
-    mass = []
-    for maps in _attention_maps_of(models, probe):  # (layers, B, H, L, L)
-        mass.append(maps[..., start:, 0].mean(dim=(1, 3)).double())  # (layers, H)
-    return torch.stack(mass)
-
-
-# ---- The capstone's experiments (chapter 7) ----------------------------------------------
-
-__all__ += [
-    "CAPSTONE_EVAL_LENGTH",
-    "CAPSTONE_SIZES",
-    "CAPSTONE_TASK",
-    "WARMUP_CONFIGS",
-    "absolute_position_runs",
-    "band_accuracy",
-    "capstone_model",
-    "first_adamw_step",
-    "first_relapse",
-    "first_step_below",
-    "position_accuracies",
-    "train_capstone_scheme",
-    "warmup_runs",
-]
-
-CAPSTONE_SIZES: dict[str, int] = {
-    "vocab_size": 16,
-    "dim": 32,
-    "num_heads": 4,
-    "num_layers": 2,
-    "max_len": 64,
-}
-"""The capstone's model — width 32, four heads of width 8, two layers, 16 tokens, and a
-learned table (where one is asked for) of 64 rows, four times the training length."""
-
-CAPSTONE_TASK: dict[str, int] = {"batch_size": 32, "length": 16, "lag": 2}
-"""The capstone's training batches — 32 sequences of length ``L_0 = 16``, lag 2."""
-
-CAPSTONE_EVAL_LENGTH = 64
-"""The capstone evaluates every model once, on 256 sequences of four times ``L_0``."""
-
-WARMUP_CONFIGS: dict[str, tuple[str, int]] = {
-    "pre-LN": ("pre", 0),
-    "post-LN": ("post", 0),
-    "post-LN + warm-up": ("post", 30),
-}
-"""The capstone's warm-up experiment — label -> (placement, warm-up steps)."""
-
-CAPSTONE_SEEDS = 3
-"""The capstone's scheme comparison trains :func:`seeds` ``(CAPSTONE_SEEDS)``."""
-
-CAPSTONE_BUDGETS: tuple[int, ...] = (500, 1000)
-"""The capstone's budgets in steps; the results use the larger, the smaller shows what
-the budget changes (:func:`train_capstone_scheme`'s ``budgets``)."""
-
-CAPSTONE_LR = 1e-2
-"""The capstone's peak learning rate (:func:`train_capstone_scheme`'s ``lr``)."""
-
-CAPSTONE_WARMUP_STEPS = 50
-"""The capstone's linear warm-up (:func:`train_capstone_scheme`'s ``warmup_steps``)."""
-
-WARMUP_RUN_SEEDS = 6
-"""The Post-LN/Pre-LN experiment's seed count, as in :func:`seeds` ``(WARMUP_RUN_SEEDS)``."""
-
-WARMUP_RUN_STEPS = 150
-"""The Post-LN/Pre-LN experiment's steps (:func:`warmup_runs`'s ``steps``)."""
-
-WARMUP_RUN_LR = 3e-2
-"""The Post-LN/Pre-LN experiment's constant rate (:func:`warmup_runs`'s ``lr``)."""
-
-ABSOLUTE_STEPS: dict[str, int] = {"learned": 100, "rope": 600}
-"""The third exercise's steps per scheme (:func:`absolute_position_runs`'s ``steps``)."""
-
-__all__ += [
-    "ABSOLUTE_STEPS",
-    "CAPSTONE_BUDGETS",
-    "CAPSTONE_LR",
-    "CAPSTONE_SEEDS",
-    "CAPSTONE_WARMUP_STEPS",
-    "WARMUP_RUN_LR",
-    "WARMUP_RUN_SEEDS",
-    "WARMUP_RUN_STEPS",
-]
-
-
-def capstone_model(position: str, **overrides: object) -> Callable[[], TinyTransformer]:
-    """The factory of the capstone's model with one position scheme: give it to
-    :func:`build` or :func:`run_seeds`.
-
-    Args:
-        position: ``"none"``, ``"sinusoidal"``, ``"learned"``, ``"rope"`` or ``"alibi"``.
-        **overrides: other :class:`~companion.model.ModelConfig` fields (``num_layers``,
-            ``placement``, ``rope_base``, ...), in place of :data:`CAPSTONE_SIZES`.
-
-    Returns:
-        A function of no arguments that builds a fresh
-        :class:`~companion.model.TinyTransformer`.
-    """
-    from companion.model import ModelConfig
-
-    config = ModelConfig(**{**CAPSTONE_SIZES, "position": position, **overrides})  # type: ignore[arg-type]
-    return lambda: TinyTransformer(config)
-
-
-def train_capstone_scheme(
-    scheme: str,
-    seed_list: Sequence[int],
-    *,
-    budgets: Sequence[int] = CAPSTONE_BUDGETS,
-    lr: float = CAPSTONE_LR,
-    warmup_steps: int = CAPSTONE_WARMUP_STEPS,
-    device: torch.device | str | None = None,
-    progress: bool = False,
-) -> dict[int, SeedRuns]:
-    """The capstone's scheme comparison for one scheme: every seed at every budget.
-
-    Each ``(budget, seed)`` model is built with :func:`build` (so the seed sets both the
-    initial weights and the batches) and all of them train together in one
-    :func:`train_batched` call on the lag task (:data:`CAPSTONE_TASK`): AdamW, a linear
-    warm-up to ``lr`` over ``warmup_steps``, then half a cosine to zero at each run's own
-    last step.
-
-    Args:
-        scheme: the position scheme (see :func:`capstone_model`).
-        seed_list: the seeds (e.g. ``seeds(3)``).
-        budgets: the numbers of steps, each run once per seed.
-        lr: peak learning rate.
-        warmup_steps: linear warm-up steps.
-        device: where to train.
-        progress: print the mean loss during training.
-
-    Returns:
-        budget -> :class:`SeedRuns` (the seeds in ``seed_list``'s order).
-    """
-    factory = capstone_model(scheme)
-    seed_list = _capstone_seeds("seed_list", seed_list)
-    budgets = tuple(
-        _validate.positive_int(f"budgets[{i}]", b) for i, b in enumerate(budgets)
-    )
-    if not budgets or len(set(budgets)) != len(budgets):
-        raise ValueError(f"budgets must be distinct step counts, got {budgets}")
-    jobs = [(steps, seed) for steps in budgets for seed in seed_list]
-    models = [build(factory, seed, device=device) for _, seed in jobs]
-    runs = train_batched(
-        models,
-        seeds=[seed for _, seed in jobs],
-        steps=[steps for steps, _ in jobs],  # each run its own budget and schedule
-        lr=lr,
-        warmup_steps=warmup_steps,
-        schedule="cosine",
-        progress=progress,
-        **CAPSTONE_TASK,
-    )
-    out = {}
-    for steps in budgets:
-        done = [k for k, (n, _) in enumerate(jobs) if n == steps]  # in seed order
-        out[steps] = SeedRuns(
-            seed_list, [runs[k].losses for k in done], [models[k] for k in done]
-        )
-    return out
-
-
-def position_accuracies(
-    runs: SeedRuns, *, length: int = CAPSTONE_EVAL_LENGTH, lag: int = 2
-) -> torch.Tensor:
-    """Each trained model's accuracy at each position of one evaluation batch.
-
-    :func:`companion.model.position_accuracy` for each model of ``runs``, on the same 256
-    sequences of length ``length`` (its default seed): one evaluation at the longest
-    length serves every shorter band, since a causal model's output at ``t`` depends
-    only on positions ``0..t``.
-
-    Args:
-        runs: trained models (a :class:`SeedRuns`).
-        length: the evaluation length.
-        lag: the task's lag.
-
-    Returns:
-        float64 ``(seeds, length)``, ``nan`` at ``t < lag``.
-    """
-    from companion.model import position_accuracy
-
-    _validate.instance("runs", runs, SeedRuns, "a SeedRuns")
-    return torch.stack(
-        [position_accuracy(m, length=length, lag=lag) for m in runs.models]
-    )
-
-
-def band_accuracy(
-    per_position: torch.Tensor, bands: dict[str, tuple[int, int]]
-) -> torch.Tensor:
-    """Mean accuracy over bands of positions: ``(seeds, L) -> (seeds, bands)``.
-
-    Args:
-        per_position: accuracies per seed and position (:func:`position_accuracies`).
-        bands: label -> ``(start, stop)``, the positions ``start <= t < stop``.
-
-    Returns:
-        ``(seeds, len(bands))``, the bands in ``bands``' order.
-    """
-    per_position = _validate.tensor(
-        "per_position", per_position, dtype="floating", ndim=2, meaning="(seeds, L)"
-    )
-    if not isinstance(bands, dict) or not bands:
-        raise _validate.fail(
-            TypeError, "bands", "a non-empty dict label -> (start, stop)", bands
-        )
-    L = per_position.shape[1]
-    for label, band in bands.items():
-        if (
-            not isinstance(band, tuple)
-            or len(band) != 2
-            or not all(isinstance(v, int) for v in band)
-            or not 0 <= band[0] < band[1] <= L
-        ):
-            raise ValueError(
-                f"bands[{label!r}] must be (start, stop) with 0 <= start < stop <= {L}, "
-                f"got {band!r}"
-            )
-    return torch.stack(
-        [per_position[:, a:b].mean(dim=1) for a, b in bands.values()], dim=1
-    )
-
-
-def first_step_below(
-    losses: Sequence[float], threshold: float, *, window: int = 20
-) -> int | None:
-    """The first step at which the mean loss over the last ``window`` steps is below
-    ``threshold`` (the step that ends the window), ``None`` if it never is.
-
-    Args:
-        losses: one loss per step.
-        threshold: the loss to get below.
-        window: the moving average's width.
-    """
-    window = _validate.positive_int("window", window)
-    threshold = _validate.real("threshold", threshold)
-    curve = [float(v) for v in losses]
-    for end in range(window, len(curve) + 1):
-        if sum(curve[end - window : end]) / window < threshold:
-            return end
-    return None
-
-
-def first_relapse(
-    losses: Sequence[float], *, low: float = 0.1, high: float = 1.0
-) -> int | None:
-    """The first step at which a run that had got below ``low`` is back above ``high``
-    (it lost what it had learned), ``None`` if that never happens.
-
-    Args:
-        losses: one loss per step.
-        low: the loss that counts as trained.
-        high: the loss that counts as lost again.
-    """
-    low = _validate.real("low", low)
-    high = _validate.real("high", high)
-    if not low < high:
-        raise ValueError(f"low must be below high, got low={low}, high={high}")
-    reached = False
-    for step, value in enumerate(float(v) for v in losses):
-        if reached and value > high:
-            return step
-        reached = reached or value < low
-    return None
-
-
-def warmup_runs(
-    seed_list: Sequence[int],
-    *,
-    steps: int = WARMUP_RUN_STEPS,
-    lr: float = WARMUP_RUN_LR,
-    num_layers: int = 4,
-    configs: dict[str, tuple[str, int]] | None = None,
-    device: torch.device | str | None = None,
-    progress: bool = False,
-) -> dict[str, SeedRuns]:
-    """The capstone's Post-LN/Pre-LN experiment: RoPE, ``num_layers`` layers, a constant
-    learning rate ``lr`` after an optional linear warm-up, every seed of every
-    configuration of :data:`WARMUP_CONFIGS` (one :func:`train_batched` call per
-    placement).
-
-    Args:
-        seed_list: the seeds (e.g. ``seeds(6)``).
-        steps: training steps of every run.
-        lr: the learning rate, reached after the warm-up and then kept.
-        num_layers: the model's depth.
-        configs: label -> (placement, warm-up steps); :data:`WARMUP_CONFIGS` by default.
-        device: where to train.
-        progress: print the mean loss during training.
-
-    Returns:
-        label -> :class:`SeedRuns`, in ``configs``' order.
-    """
-    seed_list = _capstone_seeds("seed_list", seed_list)
-    configs = WARMUP_CONFIGS if configs is None else configs
-    if not isinstance(configs, dict) or not configs:
-        raise _validate.fail(
-            TypeError,
-            "configs",
-            "a non-empty dict label -> (placement, warm-up)",
-            configs,
-        )
-    for label, (placement, warm) in configs.items():
-        _validate.choice(f"configs[{label!r}] placement", placement, ("pre", "post"))
-        _validate.nonnegative_int(f"configs[{label!r}] warm-up", warm)
-    out: dict[str, SeedRuns] = {}
-    for placement in dict.fromkeys(p for p, _ in configs.values()):  # one batch each
-        factory = capstone_model("rope", num_layers=num_layers, placement=placement)
-        labels = [label for label, (p, _) in configs.items() if p == placement]
-        jobs = [(label, seed) for label in labels for seed in seed_list]
-        models = [build(factory, seed, device=device) for _, seed in jobs]
-        runs = train_batched(
-            models,
-            seeds=[seed for _, seed in jobs],
-            steps=steps,
-            lr=lr,
-            warmup_steps=[configs[label][1] for label, _ in jobs],
-            progress=progress,
-            **CAPSTONE_TASK,
-        )
-        for label in labels:
-            done = [k for k, (name, _) in enumerate(jobs) if name == label]
-            out[label] = SeedRuns(
-                seed_list, [runs[k].losses for k in done], [models[k] for k in done]
-            )
-    return {label: out[label] for label in configs}
-
-
-def first_adamw_step(
-    seed_list: Sequence[int],
-    *,
-    lr: float = 3e-2,
-    num_layers: int = 4,
-    device: torch.device | str | None = None,
-) -> dict[str, torch.Tensor]:
-    """One AdamW step of the warm-up experiment's models, measured: the premises of
-    Xiong et al. and Liu et al. at this depth.
-
-    For each placement and seed: build the model (:func:`build`), take one batch of the
-    lag task (from the seed), and record the norm of the gradient of the top MLP's output
-    matrix, the norm of AdamW's first update of it, and how far the step moves the
-    logits, ``|z_after - z_before| / |z_before|``.
-
-    Args:
-        seed_list: the seeds.
-        lr: AdamW's learning rate.
-        num_layers: the model's depth.
-        device: where to compute.
-
-    Returns:
-        placement (``"post"``, ``"pre"``) -> float64 ``(seeds, 3)``: gradient norm,
-        update norm, relative logit change.
-    """
-    seed_list = _capstone_seeds("seed_list", seed_list)
-    lr = _validate.positive_real("lr", lr)
-    out = {}
-    for placement in ("post", "pre"):
-        factory = capstone_model("rope", num_layers=num_layers, placement=placement)
-        rows = []
-        for seed in seed_list:
-            net = build(factory, seed, device=device)
-            dev = next(net.parameters()).device
-            generator = torch.Generator().manual_seed(seed)
-            x, y = lag_task(
-                CAPSTONE_TASK["batch_size"],
-                CAPSTONE_TASK["length"],
-                lag=CAPSTONE_TASK["lag"],
-                vocab_size=net.config.vocab_size,
-                generator=generator,
-                device=dev,
-            )
-            top = net.blocks[-1].sublayer[2].weight  # the last MLP's output matrix
-            top_before = top.detach().clone()
-            with torch.no_grad():
-                logits_before = net(x)
-            F.cross_entropy(net(x).flatten(0, 1), y.flatten()).backward()
-            grad = top.grad.norm().item()
-            torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0).step()
-            with torch.no_grad():
-                moved = ((net(x) - logits_before).norm() / logits_before.norm()).item()
-            update = (top.detach() - top_before).norm().item()
-            rows.append([grad, update, moved])
-        out[placement] = torch.tensor(rows, dtype=torch.float64)
-    return out
-
-
-def absolute_position_runs(
-    position: str,
-    seed_list: Sequence[int],
-    *,
-    steps: int,
-    targets: Callable[[torch.Tensor], torch.Tensor],
-    lr: float = 3e-3,
-    eval_length: int = 32,
-    device: torch.device | str | None = None,
-) -> tuple[SeedRuns, torch.Tensor]:
-    """The capstone's third exercise: train on another task of the lag task's tokens
-    (``targets``, e.g. ``t mod 5``) at a constant ``lr``, then score each position.
-
-    Args:
-        position: the position scheme (``"learned"``, ``"rope"``, ...).
-        seed_list: the seeds.
-        steps: training steps.
-        targets: ``(B, L)`` token ids -> ``(B, L)`` integer targets.
-        lr: AdamW's learning rate (constant, no warm-up).
-        eval_length: the evaluation length (256 sequences of the evaluation seed).
-        device: where to train.
-
-    Returns:
-        ``(runs, accuracy)``: the :class:`SeedRuns` and each seed's accuracy at each
-        position, float64 ``(seeds, eval_length)``.
-    """
-    _validate.callable_("targets", targets)
-    eval_length = _validate.positive_int("eval_length", eval_length)
-    runs = run_seeds(
-        capstone_model(position),
-        _capstone_seeds("seed_list", seed_list),
-        device=device,
-        steps=steps,
-        lr=lr,
-        targets=targets,
-        **CAPSTONE_TASK,
-    )
-    dev = next(runs.models[0].parameters()).device
-    tokens, _ = lag_task(
-        256,
-        eval_length,
-        lag=CAPSTONE_TASK["lag"],
-        vocab_size=CAPSTONE_SIZES["vocab_size"],
-        generator=torch.Generator().manual_seed(1234),  # position_accuracy's batch
-        device=dev,
-    )
-    answer = _task_targets(targets, tokens)
-    with torch.no_grad():
-        hit = torch.stack(
-            [m(tokens).argmax(dim=-1) == answer for m in runs.models]
-        )  # (seeds, 256, eval_length)
-    return runs, hit.double().mean(dim=1).cpu()
-
-
-def _capstone_seeds(name: str, seed_list: object) -> tuple[int, ...]:
-    """Distinct non-negative int seeds, as a tuple."""
-    if (
-        isinstance(seed_list, (str, bytes))
-        or not isinstance(seed_list, Sequence)
-        or not seed_list
-    ):
-        raise _validate.fail(TypeError, name, "a non-empty sequence of ints", seed_list)
-    checked = tuple(
-        _validate.integer(f"{name}[{i}]", s, minimum=0, maximum=2**32 - 1)
-        for i, s in enumerate(seed_list)
-    )
-    if len(set(checked)) != len(checked):
-        raise ValueError(f"{name} must not repeat a seed, got {checked}")
-    return checked
+# Deprecated aliases, for one release: the chapters' experiments moved to a module each.
+_MOVED = dict.fromkeys(
+    """POSITION_FAMILY_SEEDS POSITION_FAMILY_STEPS POSITION_FAMILY_T5_SEEDS
+    PositionComparison compare_position_schemes""".split(),
+    "position_comparison",
+)
+_MOVED |= dict.fromkeys(
+    """ABSOLUTE_STEPS CAPSTONE_BUDGETS CAPSTONE_EVAL_LENGTH CAPSTONE_LR CAPSTONE_SEEDS
+    CAPSTONE_SIZES CAPSTONE_TASK CAPSTONE_WARMUP_STEPS WARMUP_CONFIGS WARMUP_RUN_LR
+    WARMUP_RUN_SEEDS WARMUP_RUN_STEPS absolute_position_runs band_accuracy
+    capstone_model first_adamw_step first_relapse first_step_below
+    position_accuracies train_capstone_scheme warmup_runs""".split(),
+    "capstone",
+)
+_MOVED |= dict.fromkeys(
+    """MODERN_SIZES MODERN_TASK STABILITY_CAP STABILITY_RUNS STABILITY_STEPS
+    StabilityMeasures first_attention_step first_token_mass lag_weight
+    measure_stability modern_probe stability_runs uniform_first_token_share""".split(),
+    "stability",
+)
+__getattr__ = _deprecation.moved_names(__name__, _MOVED)

@@ -21,7 +21,7 @@ places back: the answer is defined at any length, and it can only be found by po
 The training loops live in :mod:`companion.experiments`, the one home of the book's
 training (seeds, the jitter that stands for another processor, result tables):
 :func:`companion.experiments.train` and :func:`companion.experiments.train_batched`, and
-the capstone's experiments themselves (its section "The capstone's experiments").
+the capstone's experiments themselves live in :mod:`companion.capstone`.
 ``model.train``, ``model.train_batched`` and ``model.TrainingRun`` still work for one
 release and warn (:class:`DeprecationWarning`). :func:`accuracy` scores a trained model
 over every position of a batch; :func:`position_accuracy` position by position, so that

@@ -900,7 +900,7 @@ class TransformerXLSelfAttention(CausalSelfAttention):
 # ---- the trained comparison ----------------------------------------------------------
 
 COMPARISON_SCHEMES = ("none", "alibi", "rope", "p_rope", "t5", "shaw", "transformer_xl")
-"""The position schemes :func:`companion.experiments.compare_position_schemes` trains."""
+"""The position schemes :func:`companion.position_comparison.compare_position_schemes` trains."""
 
 _LAYER_OPTIONS = {  # the defaults of the comparison: sized for a training length of 16
     "p_rope": {"fraction": 0.5},
@@ -987,7 +987,7 @@ _TO_ROPE_VARIANTS = """PRoPESelfAttention axial_rope_cos_sin axial_rope_frequenc
 critical_dimension grid_positions longrope_attention_factor longrope_frequencies
 multimodal_position_ids multimodal_rope_cos_sin p_rope_frequencies rope_base_lower_bound
 rope_decay_sum rope_pair_scores""".split()  # moved to companion.rope_variants
-_TO_EXPERIMENTS = ("PositionComparison", "compare_position_schemes")
+_TO_POSITION_COMPARISON = ("PositionComparison", "compare_position_schemes")
 _MOVED = dict.fromkeys(_TO_ROPE_VARIANTS, "rope_variants")
-_MOVED |= dict.fromkeys(_TO_EXPERIMENTS, "experiments")
+_MOVED |= dict.fromkeys(_TO_POSITION_COMPARISON, "position_comparison")
 __getattr__ = _deprecation.moved_names(__name__, _MOVED)  # deprecated, for one release

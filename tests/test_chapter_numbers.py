@@ -157,13 +157,16 @@ MODULE_TOPIC: dict[str, str] = {
     "_rope_fast": "rope",
     "extension": "context_extension",
     "relative": "relative_positions",
+    "position_comparison": "relative_positions",
     "attention": "attention",
     "norm": "normalization",
     "model": "tiny_transformer",
+    "capstone": "tiny_transformer",
     "decoder": "real_models",
     "decoder_modern": "modern_decoders",
     "_hf_weights": "real_models",
     "modern": "modern_decoders",
+    "stability": "modern_decoders",
     "mla": "modern_decoders",
     "performance": "performance",
     "kernels": "performance",
@@ -173,15 +176,6 @@ MODULE_TOPIC: dict[str, str] = {
 #: Mentions that are right although their words do not say so, checked by hand:
 #: (file, a piece of the line) -> why the number is right.
 VERIFIED: dict[tuple[str, str], str] = {
-    ("companion/experiments.py", "Chapter 9's tiny model"): (
-        "chapter 9's stability section trains a tiny model"
-    ),
-    ("companion/experiments.py", "Chapter 9's lag task"): (
-        "chapter 9's stability section trains on the lag task"
-    ),
-    ("companion/experiments.py", "Chapter 4's seed count for every scheme"): (
-        "POSITION_FAMILY_SEEDS: the seeds of chapter 4's position-family comparison"
-    ),
     ("tests/browser/test_jupyterlab.py", "Chapter 00's exercise as a learner"): (
         "check_softmax is chapter 0's exercise (named in the module docstring)"
     ),

@@ -36,14 +36,17 @@ MODULES = [
     "extension",
     "relative",
     "rope_variants",
+    "position_comparison",
     "attention",
     "norm",
     "model",
+    "capstone",
     "experiments",
     "decoder",
     "families",
     "mla",
     "modern",
+    "stability",
     "performance",
     "kernels",
 ]
@@ -56,7 +59,7 @@ ARGUMENTS_BEYOND_THE_SIGNATURE = {
     "experiments.seed_offset": {"COMPANION_SEED_OFFSET"},
     "experiments.seeds": {"COMPANION_SEED_OFFSET"},
     # **overrides: ModelConfig's fields
-    "experiments.capstone_model": {
+    "capstone.capstone_model": {
         "dim",
         "num_heads",
         "num_layers",

@@ -1,6 +1,8 @@
 """Tests of companion.experiments: the book's one home for training - the loops (one
 model at a time, and batched with vmap), the seeds, the jitter that stands for another
-processor, the runs over seeds and their table."""
+processor, the runs over seeds and their table, the checks the chapters' experiment
+modules share - and the deprecated aliases of the names that moved to those modules
+(companion.position_comparison, companion.capstone, companion.stability)."""
 
 from __future__ import annotations
 
@@ -511,6 +513,51 @@ BAD_INPUTS = [
         TypeError,
         r"runs\['a'\] must be a SeedRuns, got a list",
     ),
+    # the checks the chapters' experiment modules share
+    (
+        "distinct_seeds",
+        lambda: E.distinct_seeds("seed_list", 3),
+        TypeError,
+        r"^seed_list must be a non-empty sequence of ints, got 3",
+    ),
+    (
+        "distinct_seeds",
+        lambda: E.distinct_seeds("seed_list", ()),
+        TypeError,
+        r"^seed_list must be a non-empty sequence of ints",
+    ),
+    (
+        "distinct_seeds",
+        lambda: E.distinct_seeds("seed_list", (0, -1)),
+        ValueError,
+        r"^seed_list\[1\]",
+    ),
+    (
+        "distinct_seeds",
+        lambda: E.distinct_seeds("seed_list", (0, 2**32)),
+        ValueError,
+        r"^seed_list\[1\]",
+    ),
+    (
+        "distinct_seeds",
+        lambda: E.distinct_seeds("seed_list", (0, 0)),
+        ValueError,
+        r"^seed_list must not repeat a seed, got \(0, 0\)",
+    ),
+    (
+        "task_targets",
+        lambda: E.task_targets(
+            lambda t: t.float(), torch.zeros(2, 4, dtype=torch.long)
+        ),
+        TypeError,
+        r"^targets\(tokens\) must be an integer tensor",
+    ),
+    (
+        "task_targets",
+        lambda: E.task_targets(lambda t: t[:, :1], torch.zeros(2, 4, dtype=torch.long)),
+        ValueError,
+        r"^targets\(tokens\) must have shape of the tokens \(2, 4\), got shape \(2, 1\)",
+    ),
 ]
 
 
@@ -652,875 +699,56 @@ def test_run_seeds_is_build_then_train_batched_and_its_summary() -> None:
     assert f"{mean:.3f}" in table
 
 
-# ---- The position family's comparison (chapter 4) ---------------------------------------
-# compare_position_schemes and PositionComparison (moved here from companion.relative)
+def test_distinct_seeds_and_task_targets_return_what_they_checked() -> None:
+    assert E.distinct_seeds("seed_list", [3, 0, 2**32 - 1]) == (3, 0, 2**32 - 1)
+    tokens = torch.tensor([[1, 2, 3]])
+    out = E.task_targets(lambda t: (t % 2).int(), tokens)
+    assert out.dtype == torch.long and out.tolist() == [[1, 0, 1]]
 
-from companion import relative as R  # noqa: E402
 
-_TINY_CONFIG = ModelConfig(vocab_size=8, dim=16, num_heads=2, num_layers=1)
-_SMALL_COMPARISON = {
-    "seeds": (0, 1),
-    "steps": 3,
-    "config": _TINY_CONFIG,
-    "training_length": 6,
-    "eval_length": 10,
-    "lag": 2,
-    "batch_size": 4,
-    "num_sequences": 8,
+# the names that moved out (issue 33), written out here rather than read from the
+# modules, so a name dropped from the aliases fails this test
+MOVED = {
+    "position_comparison": """POSITION_FAMILY_SEEDS POSITION_FAMILY_STEPS
+        POSITION_FAMILY_T5_SEEDS PositionComparison compare_position_schemes""",
+    "capstone": """ABSOLUTE_STEPS CAPSTONE_BUDGETS CAPSTONE_EVAL_LENGTH CAPSTONE_LR
+        CAPSTONE_SEEDS CAPSTONE_SIZES CAPSTONE_TASK CAPSTONE_WARMUP_STEPS
+        WARMUP_CONFIGS WARMUP_RUN_LR WARMUP_RUN_SEEDS WARMUP_RUN_STEPS
+        absolute_position_runs band_accuracy capstone_model first_adamw_step
+        first_relapse first_step_below position_accuracies train_capstone_scheme
+        warmup_runs""",
+    "stability": """MODERN_SIZES MODERN_TASK STABILITY_CAP STABILITY_RUNS STABILITY_STEPS
+        StabilityMeasures first_attention_step first_token_mass lag_weight
+        measure_stability modern_probe stability_runs uniform_first_token_share""",
 }
-_COMPARISON = E.PositionComparison(
-    ("none",), (0,), 4, 1, {"none": torch.zeros(1, 3)}, {"none": torch.ones(1, 8)}, {}
-)
+MOVED_NAMES = [(home, name) for home, names in MOVED.items() for name in names.split()]
 
 
-def _compare(**changes: object) -> object:
-    return E.compare_position_schemes(("none",), **{**_SMALL_COMPARISON, **changes})
-
-
-COMPARISON_BAD_INPUTS = [
-    (
-        "compare_position_schemes",
-        lambda: E.compare_position_schemes(("rope", "rope")),
-        ValueError,
-        r"^schemes must not repeat a name",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: E.compare_position_schemes("rope"),
-        TypeError,
-        r"^schemes must be a non-empty sequence of names",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: E.compare_position_schemes(("xl",)),
-        ValueError,
-        r"^schemes\[0\] must be one of",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(seeds=(0, 0)),
-        ValueError,
-        r"^seeds must not repeat, got \(0, 0\)",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(seeds=()),
-        TypeError,
-        r"^seeds must be a non-empty sequence of ints",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(seeds=(0, -1)),
-        ValueError,
-        r"^seeds\[1\] must be",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(training_length=16, eval_length=16),
-        ValueError,
-        r"^eval_length must be more than training_length=16",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(num_sequences=0),  # review s6-ch03-04, finding 8
-        ValueError,
-        r"^num_sequences must be a positive int, got 0",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(batch_size=0),
-        ValueError,
-        r"^batch_size must be a positive int, got 0",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(lag=6),
-        ValueError,
-        r"^lag must be less than training_length=6, got 6",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(lr=0.0),
-        ValueError,
-        r"^lr must be",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(warmup_steps=-1),
-        ValueError,
-        r"^warmup_steps must be",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(steps={"none": (2, 2)}),
-        ValueError,
-        r"^steps\['none'\] must not repeat a budget",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(steps={"none": ()}),
-        ValueError,
-        r"^steps\['none'\] must hold at least one budget",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(steps={"alibi": 2}),
-        ValueError,
-        r"^steps must give every scheme its steps, missing \['none'\]",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(steps=0),
-        ValueError,
-        r"^steps must be a positive int",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(config="small"),
-        TypeError,
-        r"^config must be a ModelConfig",
-    ),
-    (
-        "compare_position_schemes",
-        lambda: _compare(progress="yes"),
-        TypeError,
-        r"^progress must be",
-    ),
-    (
-        "PositionComparison",
-        lambda: _COMPARISON.band("t5", 0, 4),
-        ValueError,
-        r"^scheme must be one of",
-    ),
-    (
-        "PositionComparison",
-        lambda: _COMPARISON.final_loss("none", window=0),
-        ValueError,
-        r"^window must be a positive int",
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("name", "thunk", "error", "match"),
-    COMPARISON_BAD_INPUTS,
-    ids=[f"{case[0]}-{i}" for i, case in enumerate(COMPARISON_BAD_INPUTS)],
-)
-def test_comparison_refuses_bad_input_before_it_trains(
-    name: str,
-    thunk: object,
-    error: type[Exception],
-    match: str,
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("home", "name"), MOVED_NAMES, ids=lambda v: str(v))
+def test_the_chapters_experiments_moved_with_a_deprecated_alias(
+    home: str, name: str
 ) -> None:
-    """Every bad argument is refused before the first model is built or trained (the
-    review's finding 8: num_sequences was checked only after training)."""
-
-    def no_training(*args: object, **kwargs: object) -> None:
-        raise AssertionError("trained before refusing the input")
-
-    monkeypatch.setattr(E, "build", no_training)
-    monkeypatch.setattr(E, "train_batched", no_training)
-    with pytest.raises(error, match=match):
-        thunk()  # type: ignore[operator]
-
-
-def test_comparison_is_build_train_batched_and_position_accuracy() -> None:
-    """Oracle: the documented recipe written out - each model from build (seed s, so
-    the jitter acts), all seeds of a scheme through train_batched (cosine schedule),
-    then position_accuracy - gives the same losses and accuracies bit for bit."""
-    kw = _SMALL_COMPARISON
-    result = E.compare_position_schemes(("shaw",), **kw, warmup_steps=1)
-    config = ModelConfig(vocab_size=8, dim=16, num_heads=2, num_layers=1, max_len=10)
-    models = [
-        E.build(lambda: R.position_family_model("shaw", config), s) for s in (0, 1)
-    ]
-    runs = E.train_batched(
-        models,
-        seeds=(0, 1),
-        steps=3,
-        batch_size=4,
-        length=6,
-        lag=2,
-        lr=1e-2,
-        warmup_steps=1,
-        schedule="cosine",
-    )
-    assert result.losses["shaw"].tolist() == [r.losses for r in runs]
-    expected = torch.stack(
-        [M.position_accuracy(m, length=10, lag=2, num_sequences=8) for m in models]
-    )
-    torch.testing.assert_close(
-        result.accuracy["shaw"], expected, equal_nan=True, rtol=0, atol=0
-    )
-
-
-def test_comparison_builds_through_build_and_takes_the_seed_offset(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Without seeds it uses seeds(3) (COMPANION_SEED_OFFSET shifts them), and every
-    model comes from build, so COMPANION_INIT_JITTER moves its initial weights."""
-    built: list[int] = []
-    original = E.build
-
-    def spy(factory: object, seed: int, **kwargs: object) -> nn.Module:
-        built.append(seed)
-        return original(factory, seed, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(E, "build", spy)
-    monkeypatch.setenv(E.SEED_OFFSET_ENV, "100")
-    kw = {k: v for k, v in _SMALL_COMPARISON.items() if k != "seeds"}
-    result = E.compare_position_schemes(("none",), **{**kw, "steps": {"none": (1, 2)}})
-    assert result.seeds == (100, 101, 102)
-    assert built == [100, 101, 102, 100, 101, 102]  # each budget, each seed
-    monkeypatch.delenv(E.SEED_OFFSET_ENV)
-    monkeypatch.setattr(E, "build", original)
-    plain = E.compare_position_schemes(("none",), **{**kw, "steps": 1, "seeds": (0,)})
-    monkeypatch.setenv(E.JITTER_ENV, "1e-3")
-    jittered = E.compare_position_schemes(
-        ("none",), **{**kw, "steps": 1, "seeds": (0,)}
-    )
-    assert not torch.equal(plain.losses["none"], jittered.losses["none"])
-    assert abs(plain.losses["none"][0, 0] - jittered.losses["none"][0, 0]) < 0.05
-
-
-def test_compare_position_schemes_small() -> None:
-    result = E.compare_position_schemes(("none", "shaw"), **_SMALL_COMPARISON)
-    assert result.schemes == ("none", "shaw") and result.seeds == (0, 1)
-    assert result.losses["shaw"].shape == (2, 3)
-    assert result.accuracy["none"].shape == (2, 10)
-    assert result.inside("shaw").shape == (2,)
-    expected = result.accuracy["shaw"][:, 6:].mean(dim=1)
-    assert torch.equal(result.beyond("shaw"), expected)
-    assert result.table().count("\n") == 3
-    # the same seeds give the same run, whichever schemes train beside it
-    again = E.compare_position_schemes(("shaw",), **_SMALL_COMPARISON)
-    assert torch.equal(again.losses["shaw"], result.losses["shaw"])
-
-
-def test_compare_position_schemes_several_budgets() -> None:
-    kwargs = {k: v for k, v in _SMALL_COMPARISON.items() if k != "steps"}
-    both = E.compare_position_schemes(("alibi",), steps={"alibi": (4, 2)}, **kwargs)
-    short = E.compare_position_schemes(("alibi",), steps=2, **kwargs)
-    long = E.compare_position_schemes(("alibi",), steps=4, **kwargs)
-    assert both.losses["alibi"].shape == (2, 4)
-    torch.testing.assert_close(
-        both.accuracy["alibi"], long.accuracy["alibi"], equal_nan=True, rtol=0, atol=0
-    )
-    torch.testing.assert_close(
-        both.shorter["alibi", 2],
-        short.accuracy["alibi"],
-        equal_nan=True,
-        rtol=0,
-        atol=0,
-    )
-    assert torch.allclose(both.losses["alibi"], long.losses["alibi"], atol=1e-6)
-    # the shorter budget is a run of its own, not the longer run stopped early
-    lag = kwargs["lag"]  # positions t < lag are nan
-    assert not torch.equal(
-        both.shorter["alibi", 2][:, lag:], long.accuracy["alibi"][:, lag:]
-    )
-
-
-# ---- The capstone's experiments (chapter 7) ------------------------------------------
-
-
-def _mod5(tokens: torch.Tensor) -> torch.Tensor:
-    return (torch.arange(tokens.shape[1]) % 5).expand_as(tokens).clone()
-
-
-def test_capstone_model_is_the_chapters_configuration() -> None:
-    net = E.capstone_model("alibi", num_layers=4, placement="post")()
-    assert isinstance(net, TinyTransformer)
-    expected = ModelConfig(
-        **{
-            **E.CAPSTONE_SIZES,
-            "position": "alibi",
-            "num_layers": 4,
-            "placement": "post",
-        }
-    )
-    assert net.config == expected
-    assert E.CAPSTONE_TASK == {"batch_size": 32, "length": 16, "lag": 2}
-    assert E.CAPSTONE_EVAL_LENGTH == 4 * E.CAPSTONE_TASK["length"]
-
-
-def test_train_capstone_scheme_is_build_then_one_batched_call() -> None:
-    """Oracle: the documented equivalent, written out (two budgets, two seeds)."""
-    result = E.train_capstone_scheme("rope", (3, 4), budgets=(2, 4), lr=1e-2)
-    factory = E.capstone_model("rope")
-    jobs = [(2, 3), (2, 4), (4, 3), (4, 4)]
-    models = [E.build(factory, s) for _, s in jobs]
-    runs = E.train_batched(
-        models,
-        seeds=[s for _, s in jobs],
-        steps=[n for n, _ in jobs],
-        lr=1e-2,
-        warmup_steps=50,
-        schedule="cosine",
-        **E.CAPSTONE_TASK,
-    )
-    assert set(result) == {2, 4}
-    assert result[2].losses == [runs[0].losses, runs[1].losses]
-    assert result[4].losses == [runs[2].losses, runs[3].losses]
-    assert result[4].seeds == (3, 4)
-    for got, want in zip(result[4].models, models[2:], strict=True):
-        for a, b in zip(got.parameters(), want.parameters(), strict=True):
-            assert torch.equal(a, b)
-
-
-def test_position_and_band_accuracies_against_the_model_function() -> None:
-    runs = E.train_capstone_scheme("none", (0, 1), budgets=(2,))[2]
-    per_position = E.position_accuracies(runs, length=20, lag=2)
-    assert per_position.shape == (2, 20) and per_position.dtype == torch.float64
-    for row, net in zip(per_position, runs.models, strict=True):
-        oracle = M.position_accuracy(net, length=20, lag=2)
-        torch.testing.assert_close(row, oracle, equal_nan=True)
-    bands = E.band_accuracy(per_position, {"a": (2, 10), "b": (10, 20)})
-    manual = torch.stack(
-        [per_position[:, 2:10].mean(dim=1), per_position[:, 10:].mean(dim=1)], dim=1
-    )
-    torch.testing.assert_close(bands, manual)
-
-
-@pytest.mark.parametrize(
-    ("losses", "threshold", "window", "expected"),
-    [
-        ([3.0, 2.0, 1.0, 0.1, 0.1], 0.5, 2, 5),  # windows end at 2..5: 2.5 1.5 .55 .1
-        ([3.0, 0.2, 0.2], 0.5, 1, 2),
-        ([3.0, 0.2, 0.2], 0.5, 3, None),  # the one window's mean is 1.13
-        ([0.4], 0.5, 2, None),  # shorter than a window
-    ],
-)
-def test_first_step_below_is_the_end_of_the_first_low_window(
-    losses: list[float], threshold: float, window: int, expected: int | None
-) -> None:
-    assert E.first_step_below(losses, threshold, window=window) == expected
-
-
-@pytest.mark.parametrize(
-    ("losses", "expected"),
-    [
-        ([3.0, 0.05, 2.0, 0.01], 2),
-        ([3.0, 2.0, 0.05, 0.5, 0.9], None),  # learned, never back above 1
-        ([3.0, 0.5, 2.0], None),  # never learned: a jump is not a relapse
-        ([0.05, 1.0, 1.01], 2),  # above 1, not at 1
-    ],
-)
-def test_first_relapse_needs_learning_first(
-    losses: list[float], expected: int | None
-) -> None:
-    assert E.first_relapse(losses, low=0.1, high=1.0) == expected
-
-
-def test_warmup_runs_train_each_placement_as_one_batch() -> None:
-    """Oracle: per placement, build every (config, seed) and one train_batched call."""
-    got = E.warmup_runs((5, 6), steps=3, lr=3e-2)
-    assert list(got) == list(E.WARMUP_CONFIGS)
-    for placement in ("pre", "post"):
-        labels = [k for k, (p, _) in E.WARMUP_CONFIGS.items() if p == placement]
-        jobs = [(label, s) for label in labels for s in (5, 6)]
-        factory = E.capstone_model("rope", num_layers=4, placement=placement)
-        models = [E.build(factory, s) for _, s in jobs]
-        runs = E.train_batched(
-            models,
-            seeds=[s for _, s in jobs],
-            steps=3,
-            lr=3e-2,
-            warmup_steps=[E.WARMUP_CONFIGS[label][1] for label, _ in jobs],
-            **E.CAPSTONE_TASK,
-        )
-        for k, (label, s) in enumerate(jobs):
-            assert got[label].losses[got[label].seeds.index(s)] == runs[k].losses
-    # the warm-up's first rate is lr / 30: a smaller first loss drop than at full lr
-    assert got["post-LN + warm-up"].seeds == (5, 6)
-
-
-def test_first_adamw_step_is_lr_times_the_sign_of_the_gradient() -> None:
-    """Oracle: Adam's first update is lr * g / (|g| + eps), element by element; its norm
-    is about lr * sqrt(n), and the relative logit change is recomputed by hand."""
-    got = E.first_adamw_step((0,), lr=1e-2)
-    for placement in ("post", "pre"):
-        factory = E.capstone_model("rope", num_layers=4, placement=placement)
-        net = E.build(factory, 0)
-        x, y = M.lag_task(
-            32, 16, lag=2, vocab_size=16, generator=torch.Generator().manual_seed(0)
-        )
-        top = net.blocks[-1].sublayer[2].weight
-        before = net(x).detach()
-        F.cross_entropy(net(x).flatten(0, 1), y.flatten()).backward()
-        g = top.grad.clone()
-        update = 1e-2 * g / (g.abs() + 1e-8)
-        with torch.no_grad():
-            for p in net.parameters():
-                if p.grad is not None:
-                    p -= 1e-2 * p.grad / (p.grad.abs() + 1e-8)
-            moved = ((net(x) - before).norm() / before.norm()).item()
-        grad_norm, update_norm, change = got[placement][0].tolist()
-        assert grad_norm == pytest.approx(g.norm().item(), rel=1e-6)
-        assert update_norm == pytest.approx(update.norm().item(), rel=1e-4)
-        assert update_norm == pytest.approx(1e-2 * math.sqrt(top.numel()), rel=1e-3)
-        assert change == pytest.approx(moved, rel=1e-3)
-
-
-def test_absolute_position_runs_score_the_given_targets() -> None:
-    runs, acc = E.absolute_position_runs(
-        "learned", (0, 1), steps=3, targets=_mod5, eval_length=32
-    )
-    assert acc.shape == (2, 32)
-    tokens = M.lag_task(
-        256, 32, lag=2, vocab_size=16, generator=torch.Generator().manual_seed(1234)
-    )[0]
-    for row, net in zip(acc, runs.models, strict=True):
-        with torch.no_grad():
-            hit = net(tokens).argmax(dim=-1) == _mod5(tokens)
-        torch.testing.assert_close(row, hit.double().mean(dim=0))
-
-
-CAPSTONE_BAD_INPUTS = [
-    (
-        "capstone_model",
-        lambda: E.capstone_model("ring"),
-        ValueError,
-        r"position must be",
-    ),
-    (
-        "capstone_model",
-        lambda: E.capstone_model("rope", dim=30),
-        ValueError,
-        r"dim must be divisible by num_heads",
-    ),
-    (
-        "train_capstone_scheme",
-        lambda: E.train_capstone_scheme("rope", (0, 0), budgets=(1,)),
-        ValueError,
-        r"seed_list must not repeat a seed, got \(0, 0\)",
-    ),
-    (
-        "train_capstone_scheme",
-        lambda: E.train_capstone_scheme("rope", 3, budgets=(1,)),
-        TypeError,
-        r"seed_list must be a non-empty sequence of ints, got 3",
-    ),
-    (
-        "train_capstone_scheme",
-        lambda: E.train_capstone_scheme("rope", (0,), budgets=(2, 2)),
-        ValueError,
-        r"budgets must be distinct step counts, got \(2, 2\)",
-    ),
-    (
-        "train_capstone_scheme",
-        lambda: E.train_capstone_scheme("rope", (0,), budgets=(0,)),
-        ValueError,
-        r"budgets\[0\] must be a positive int, got 0",
-    ),
-    (
-        "position_accuracies",
-        lambda: E.position_accuracies([tiny()]),
-        TypeError,
-        r"runs must be a SeedRuns",
-    ),
-    (
-        "band_accuracy",
-        lambda: E.band_accuracy(torch.zeros(2, 8), {"a": (4, 9)}),
-        ValueError,
-        r"bands\['a'\] must be \(start, stop\) with 0 <= start < stop <= 8, got \(4, 9\)",
-    ),
-    (
-        "band_accuracy",
-        lambda: E.band_accuracy(torch.zeros(8), {"a": (0, 4)}),
-        ValueError,
-        r"per_position must",
-    ),
-    (
-        "band_accuracy",
-        lambda: E.band_accuracy(torch.zeros(2, 8), {}),
-        TypeError,
-        r"bands must be a non-empty dict",
-    ),
-    (
-        "first_step_below",
-        lambda: E.first_step_below([1.0], 0.5, window=0),
-        ValueError,
-        r"window must be a positive int, got 0",
-    ),
-    (
-        "first_relapse",
-        lambda: E.first_relapse([1.0], low=1.0, high=0.5),
-        ValueError,
-        r"low must be below high, got low=1.0, high=0.5",
-    ),
-    (
-        "warmup_runs",
-        lambda: E.warmup_runs((0,), configs={"x": ("middle", 0)}),
-        ValueError,
-        r"configs\['x'\] placement must be",
-    ),
-    (
-        "warmup_runs",
-        lambda: E.warmup_runs((0,), configs={"x": ("post", -1)}),
-        ValueError,
-        r"configs\['x'\] warm-up must be an int >= 0, got -1",
-    ),
-    (
-        "first_adamw_step",
-        lambda: E.first_adamw_step((0,), lr=0.0),
-        ValueError,
-        r"lr must be a real number > 0, got 0.0",
-    ),
-    (
-        "absolute_position_runs",
-        lambda: E.absolute_position_runs("rope", (0,), steps=1, targets=3),
-        TypeError,
-        r"targets must be",
-    ),
-    (
-        "absolute_position_runs",
-        lambda: E.absolute_position_runs(
-            "rope", (0,), steps=1, targets=_mod5, eval_length=0
-        ),
-        ValueError,
-        r"eval_length must be a positive int, got 0",
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("name", "thunk", "error", "match"),
-    CAPSTONE_BAD_INPUTS,
-    ids=[f"{case[0]}-{i}" for i, case in enumerate(CAPSTONE_BAD_INPUTS)],
-)
-def test_capstone_bad_input_raises_a_named_error(
-    name: str, thunk: object, error: type[Exception], match: str
-) -> None:
-    with pytest.raises(error, match=match):
-        thunk()  # type: ignore[operator]
-
-
-# ---- The modern layer's experiments (chapter 9) --------------------------------------
-
-
-def test_stability_runs_are_run_seeds_of_the_chapters_configurations() -> None:
-    from companion import modern
-
-    runs = E.stability_runs((3,), steps=2, labels=["QK-norm, lr 0.3"])
-    assert list(runs) == ["QK-norm, lr 0.3"]
-    (net,) = runs["QK-norm, lr 0.3"].models
-    assert isinstance(net, modern.ModernTinyTransformer)
-    assert net.attention_kind == "qk_norm" and net.config == E.MODERN_SIZES
-    # the same as run_seeds with the chapter's task and rate, bit for bit
-    direct = E.run_seeds(
-        lambda: modern.ModernTinyTransformer(E.MODERN_SIZES, attention="qk_norm"),
-        (3,),
-        steps=2,
-        lr=0.3,
-        **E.MODERN_TASK,
-    )
-    assert runs["QK-norm, lr 0.3"].losses == direct.losses
-    all_runs = E.stability_runs((0,), steps=1)
-    assert list(all_runs) == list(E.STABILITY_RUNS)
-
-
-def test_measure_stability_against_the_attention_it_reads() -> None:
-    from companion import model as M
-    from companion import modern
-
-    runs = E.stability_runs((0, 1), steps=3)
-    probe = E.modern_probe(8)
-    assert probe.shape == (8, 16)
-    assert torch.equal(probe, E.modern_probe(8))  # no training seed, no variant
-    for label, r in runs.items():
-        m = E.measure_stability(r, probe)
-        assert m.final.shape == (2,) and m.layer_logit.shape == (2, 2)
-        for i, net in enumerate(r.models):
-            scores = modern.attention_maps(net, probe, scores=True)
-            top = [s[s.isfinite()].abs().max().item() for s in scores]
-            assert m.layer_logit[i].tolist() == pytest.approx(top)
-            assert m.largest_logit[i].item() == pytest.approx(max(top))
-            assert m.accuracy[i].item() == M.accuracy(net, length=16, lag=2)
-            assert m.final[i].item() == pytest.approx(sum(r.losses[i][-20:]) / 3)
-            assert m.lowest[i].item() == pytest.approx(sum(r.losses[i]) / 3)
-            assert m.spike[i].isnan()  # three steps: no loss below 0.01 yet
-            # one-hot rows, counted row by row from the weights (queries t >= 1)
-            weights = modern.attention_maps(net, probe)  # (layers, B, H, L, L)
-            rows = [
-                float(weights[a, b, h, t, : t + 1].max() > 0.99)
-                for a in range(2) for b in range(8) for h in range(4)
-                for t in range(1, 16)
-            ]  # fmt: skip
-            assert m.one_hot[i].item() == pytest.approx(sum(rows) / len(rows))
-        kind = E.STABILITY_RUNS[label][0]
-        assert m.bound.isnan().all().item() == (kind != "qk_norm")
-        assert m.saturated.isnan().all().item() == (kind != "softcap")
-        if kind == "qk_norm":
-            assert (m.layer_logit <= m.bound).all() and (m.gain > 0).all()
-        if kind != "softcap":
-            assert torch.equal(m.raw_logit, m.largest_logit)
-
-
-def test_measure_stability_reads_the_spike_after_the_first_low_step() -> None:
-    # a curve that gets below 0.01, spikes to 2.5, falls again: the spike is 2.5; the
-    # lowest 20-step mean is the mean of its best window; the final mean its last 20
-    net = M_tiny()
-    curve = [3.0] * 10 + [0.005] * 25 + [2.5] + [0.002] * 24
-    m = E.measure_stability(E.SeedRuns((0,), [curve], [net]), E.modern_probe(2))
-    assert m.spike.item() == 2.5
-    assert m.lowest.item() == pytest.approx(0.002)
-    assert m.final.item() == pytest.approx(0.002)
-    late = [3.0] * 10 + [0.005] * 30 + [1.0] * 20  # a spike at the very end
-    m = E.measure_stability(E.SeedRuns((0,), [late], [net]), E.modern_probe(2))
-    assert m.spike.item() == 1.0 and m.final.item() == 1.0
-    assert m.lowest.item() == pytest.approx(0.005)
-    # uniform attention (zero queries) is nowhere one-hot past query 0
-    with torch.no_grad():
-        for layer in _attention_layers(net):
-            for p in layer.q_proj.parameters():
-                p.zero_()
-    m = E.measure_stability(E.SeedRuns((0,), [late], [net]), E.modern_probe(2))
-    assert m.one_hot.item() == 0.0
-
-
-def test_stability_runs_take_the_exported_settings() -> None:
-    import inspect
-
-    defaults = inspect.signature(E.stability_runs).parameters
-    assert defaults["steps"].default == E.STABILITY_STEPS == 200
-    assert defaults["cap"].default == E.STABILITY_CAP == 5.0
-
-
-def test_lag_weight_of_uniform_attention_is_one_over_the_prefix() -> None:
-    # zero queries: query t spreads evenly over t + 1 keys, so the key two back gets
-    # 1/(t + 1); averaged over t = 2 .. 15, a loop-computed oracle
-    net = E.build(lambda: M_tiny(), 0)
-    with torch.no_grad():
-        for layer in _attention_layers(net):
-            for p in layer.q_proj.parameters():
-                p.zero_()
-    got = E.lag_weight([net, net], E.modern_probe(4))
-    assert got.shape == (2, 2, 4) and got.dtype == torch.float64
-    want = sum(1 / (t + 1) for t in range(2, 16)) / 14
-    torch.testing.assert_close(got, torch.full_like(got, want), atol=1e-6, rtol=0)
-    lag5 = E.lag_weight([net], E.modern_probe(4), lag=5)
-    assert lag5[0, 1, 3].item() == pytest.approx(
-        sum(1 / (t + 1) for t in range(5, 16)) / 11, abs=1e-6
-    )
-
-
-def test_lag_weight_reads_the_key_lag_places_back() -> None:
-    # an initialized model's maps: the oracle is the loop over sequences and queries
-    from companion import modern
-
-    net = E.build(lambda: M_tiny(), 1)
-    probe = E.modern_probe(3)
-    maps = modern.attention_maps(net, probe)  # (layers, B, H, L, L)
-    got = E.lag_weight([net], probe)[0]
-    for layer in range(2):
-        for h in range(4):
-            vals = [
-                maps[layer, b, h, t, t - 2].item()
-                for b in range(3)
-                for t in range(2, 16)
-            ]
-            assert got[layer, h].item() == pytest.approx(sum(vals) / len(vals))
-
-
-def test_first_attention_step_is_lr_times_the_sign_of_the_gradient() -> None:
-    """Oracle: AdamW's first update is lr * g / (|g| + eps) on the first batch of the
-    seed (m_hat = g, v_hat = g^2), for W_Q and W_K of both layers."""
-    got = E.first_attention_step((2,), lr=0.3)
-    assert got["step"].shape == got["initial"].shape == (1, 2, 2, 32, 32)
-    net = E.build(lambda: M_tiny(), 2)
-    x, y = M.lag_task(
-        32, 16, lag=2, vocab_size=16, generator=torch.Generator().manual_seed(2)
-    )
-    F.cross_entropy(net(x).flatten(0, 1), y.flatten()).backward()
-    for a, layer in enumerate(_attention_layers(net)):
-        for b, w in enumerate((layer.q_proj.weight, layer.k_proj.weight)):
-            torch.testing.assert_close(got["initial"][0, a, b], w.detach().double())
-            want = (0.3 * w.grad / (w.grad.abs() + 1e-8)).abs().double()
-            torch.testing.assert_close(got["step"][0, a, b], want, atol=2e-6, rtol=1e-4)
-
-
-def test_measure_stability_reads_a_saturated_cap_and_its_zero_slope() -> None:
-    # an oracle: scale W_Q of a soft-capped model by 1e4 - its raw scores are the
-    # plain model's with the same weights, and tanh rounds to +-1 almost everywhere
-    from companion import modern
-
-    runs = E.stability_runs((0,), steps=1, labels=["soft-cap 5, lr 0.3"])
-    (net,) = runs["soft-cap 5, lr 0.3"].models
-    with torch.no_grad():
-        for layer in _attention_layers(net):
-            layer.q_proj.weight.mul_(1e4)
-    probe = E.modern_probe(4)
-    m = E.measure_stability(runs["soft-cap 5, lr 0.3"], probe)
-    plain = modern.ModernTinyTransformer(E.MODERN_SIZES, attention="rope")
-    plain.load_state_dict(net.state_dict())
-    raw = modern.attention_maps(plain, probe, scores=True)
-    assert m.raw_logit.item() == pytest.approx(raw[raw.isfinite()].abs().max().item())
-    assert m.raw_logit.item() > 1e3 and m.largest_logit.item() <= 5.0
-    s = raw[raw.isfinite()]
-    want_zero = ((s / 5.0).abs() > 9.1).double().mean().item()  # tanh(9.1) = 1 in fp32
-    assert m.zero_slope.item() == pytest.approx(want_zero, abs=0.02)
-    assert m.saturated.item() > 0.9 and m.zero_slope.item() > 0.5
-
-
-def test_first_token_mass_of_uniform_attention_is_the_even_share() -> None:
-    # zero query weights: every score 0, each query spreads evenly over its prefix, so
-    # the first token gets 1/(t + 1) at query t - the even share, a loop-computed oracle
-    net = E.build(lambda: M_tiny(), 0)
-    with torch.no_grad():
-        for layer in _attention_layers(net):
-            for p in layer.q_proj.parameters():  # weight and bias: every query 0
-                p.zero_()
-    even = sum(1 / (t + 1) for t in range(4, 16)) / 12
-    assert E.uniform_first_token_share(16, start=4) == pytest.approx(even)
-    mass = E.first_token_mass([net, net], E.modern_probe(4))
-    assert mass.shape == (2, 2, 4) and mass.dtype == torch.float64
-    torch.testing.assert_close(mass, torch.full_like(mass, even), atol=1e-6, rtol=0)
-    later = E.first_token_mass([net], E.modern_probe(4), start=10)
-    assert later[0, 0, 0].item() == pytest.approx(
-        sum(1 / (t + 1) for t in range(10, 16)) / 6, abs=1e-6
-    )
-
-
-def _attention_layers(net: torch.nn.Module) -> list:
-    from companion.model import CausalSelfAttention
-
-    return [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
-
-
-def M_tiny():
-    from companion import modern
-
-    return modern.ModernTinyTransformer(E.MODERN_SIZES, attention="rope")
-
-
-MODERN_BAD_INPUTS = [
-    ("stability_runs", lambda: E.stability_runs((0,), steps=0), ValueError, r"^steps"),
-    ("stability_runs", lambda: E.stability_runs((0,), cap=0.0), ValueError, r"^cap"),
-    (
-        "stability_runs",
-        lambda: E.stability_runs((0,), labels=["plain"]),
-        ValueError,
-        r"^labels must be one of",
-    ),
-    (
-        "stability_runs",
-        lambda: E.stability_runs((0,), labels="plain, lr 0.3"),
-        TypeError,
-        r"^labels must be a sequence of run labels",
-    ),
-    ("stability_runs", lambda: E.stability_runs(5), TypeError, r"^seed_list"),
-    ("modern_probe", lambda: E.modern_probe(0), ValueError, r"^num_sequences"),
-    (
-        "measure_stability",
-        lambda: E.measure_stability([1, 2]),
-        TypeError,
-        r"^runs must be a SeedRuns",
-    ),
-    (
-        "measure_stability",
-        lambda: E.measure_stability(
-            E.SeedRuns((0,), [[1.0]], [M_tiny()]), torch.zeros(2, 16)
-        ),
-        TypeError,
-        r"^probe must be",
-    ),
-    (
-        "StabilityMeasures",
-        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 11), [1.0]),
-        TypeError,
-        r"^gain must be a torch",
-    ),
-    (
-        "StabilityMeasures",
-        lambda: E.StabilityMeasures(*([torch.zeros(2)] * 11), torch.zeros(3)),
-        ValueError,
-        r"^gain must have size 2",
-    ),
-    (
-        "uniform_first_token_share",
-        lambda: E.uniform_first_token_share(16, start=16),
-        ValueError,
-        r"^start must be less than length \(16\), got 16",
-    ),
-    (
-        "uniform_first_token_share",
-        lambda: E.uniform_first_token_share(0),
-        ValueError,
-        r"^length",
-    ),
-    ("first_token_mass", lambda: E.first_token_mass([]), TypeError, r"^models must"),
-    (
-        "first_token_mass",
-        lambda: E.first_token_mass([torch.nn.Linear(2, 2)]),
-        TypeError,
-        r"^models\[0\] must",
-    ),
-    (
-        "first_token_mass",
-        lambda: E.first_token_mass([M_tiny()], E.modern_probe(2), start=16),
-        ValueError,
-        r"^start must be less than the probe's length \(16\)",
-    ),
-    ("lag_weight", lambda: E.lag_weight([]), TypeError, r"^models must"),
-    (
-        "lag_weight",
-        lambda: E.lag_weight([torch.nn.Linear(2, 2)]),
-        TypeError,
-        r"^models\[0\] must",
-    ),
-    (
-        "lag_weight",
-        lambda: E.lag_weight([M_tiny()], E.modern_probe(2), lag=16),
-        ValueError,
-        r"^lag must be less than the probe's length \(16\), got 16",
-    ),
-    ("lag_weight", lambda: E.lag_weight([M_tiny()], lag=0), ValueError, r"^lag"),
-    (
-        "lag_weight",
-        lambda: E.lag_weight([M_tiny()], torch.zeros(2, 16)),
-        TypeError,
-        r"^probe must be",
-    ),
-    (
-        "first_attention_step",
-        lambda: E.first_attention_step(0),
-        TypeError,
-        r"^seed_list must be a non-empty sequence",
-    ),
-    (
-        "first_attention_step",
-        lambda: E.first_attention_step((0,), lr=0.0),
-        ValueError,
-        r"^lr",
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("name", "thunk", "error", "match"),
-    MODERN_BAD_INPUTS,
-    ids=[f"{case[0]}-{i}" for i, case in enumerate(MODERN_BAD_INPUTS)],
-)
-def test_modern_bad_input_raises_a_named_error(
-    name: str, thunk: object, error: type[Exception], match: str
-) -> None:
-    with pytest.raises(error, match=match):
-        thunk()  # type: ignore[operator]
-
-
-def test_chapter_settings_are_the_ones_their_prose_states() -> None:
-    """The position-family and capstone chapters and their claims tests read these
-    constants (one home, so the test and the chapter cannot drift); the prose states
-    their values: three seeds per
-    scheme, T5 again over six; budgets of 500 and 1,000 steps at a peak rate of 1e-2
-    after 50 warm-up steps; the warm-up experiment's six seeds, 150 steps at 3e-2; the
-    third exercise's 100 steps for the learned table and 600 for RoPE."""
-    assert (E.POSITION_FAMILY_SEEDS, E.POSITION_FAMILY_T5_SEEDS) == (3, 6)
-    assert E.POSITION_FAMILY_STEPS["t5"] == 400
-    assert E.CAPSTONE_SEEDS == 3 and E.CAPSTONE_BUDGETS == (500, 1000)
-    assert (E.CAPSTONE_LR, E.CAPSTONE_WARMUP_STEPS) == (1e-2, 50)
-    assert (E.WARMUP_RUN_SEEDS, E.WARMUP_RUN_STEPS, E.WARMUP_RUN_LR) == (6, 150, 3e-2)
-    assert E.ABSOLUTE_STEPS == {"learned": 100, "rope": 600}
-    assert E.WARMUP_CONFIGS["post-LN + warm-up"] == ("post", 30)
+    """experiments.<name> and `from companion.experiments import <name>` still answer
+    for one release, warn naming the new home, and give the new module's own object."""
+    import importlib
+
+    module = importlib.import_module(f"companion.{home}")
+    new_home = rf"companion\.{home}\.{name}\b"
+    with pytest.warns(DeprecationWarning, match=new_home):
+        alias = getattr(E, name)
+    assert alias is getattr(module, name)
+    with pytest.warns(DeprecationWarning, match=new_home):
+        exec(f"from companion.experiments import {name} as imported", namespace := {})
+    assert namespace["imported"] is alias
+    assert name not in E.__all__ and name in module.__all__
+
+
+def test_every_name_of_the_experiment_modules_has_an_alias() -> None:
+    """Every public name of the three modules was here before the split: each has one."""
+    import importlib
+
+    for home, names in MOVED.items():
+        public = set(importlib.import_module(f"companion.{home}").__all__)
+        assert public == set(names.split()), home
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        E.no_such_name  # noqa: B018

@@ -34,9 +34,7 @@ KNOWN_CIRCLES: set[frozenset[str]] = set()
 KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 
 #: modules allowed over MAX_LINES for now: module -> why
-OVERSIZE = {
-    "companion.experiments": "the book's training home; its chapter sections split next",
-}
+OVERSIZE: dict[str, str] = {}
 
 
 # ---- reading the package -------------------------------------------------------------

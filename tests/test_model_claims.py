@@ -1,8 +1,8 @@
 """The trained claims of the capstone (book/07_tiny_transformer), asserted here.
 
-Each test calls the same function of :mod:`companion.experiments` as the chapter, with the
-chapter's settings and seed counts (constants of ``companion.experiments``, which the
-chapter reads too), and asserts the chapter's bounds: ``make claims``
+Each test calls the same function of :mod:`companion.capstone` as the chapter, with the
+chapter's settings and seed counts (constants of ``companion.capstone``, which the
+chapter reads too; every model built and trained by :mod:`companion.experiments`), and asserts the chapter's bounds: ``make claims``
 (``scripts/claims.py``) reruns them with the initial weights perturbed by ``1 +- 1e-7``,
 on one thread, with ATen's portable kernels and on other seeds, and a bound is kept only
 if it holds in every variant. The experiments are module-scoped
@@ -16,18 +16,18 @@ import math
 import pytest
 import torch
 
-from companion import experiments
+from companion import capstone, experiments
 from companion.rope import rope_frequencies
 
 pytestmark = pytest.mark.trained(chapter=7)
 
 SCHEMES = ("none", "sinusoidal", "rope", "alibi")
 # the chapter's settings, from the one home both read (so the two cannot drift)
-BUDGETS = experiments.CAPSTONE_BUDGETS  # (500, 1000): the larger gives the results
+BUDGETS = capstone.CAPSTONE_BUDGETS  # (500, 1000): the larger gives the results
 FULL, HALF = max(BUDGETS), min(BUDGETS)
-L0 = experiments.CAPSTONE_TASK["length"]  # 16
-LAG = experiments.CAPSTONE_TASK["lag"]  # 2
-EVAL = experiments.CAPSTONE_EVAL_LENGTH  # 64
+L0 = capstone.CAPSTONE_TASK["length"]  # 16
+LAG = capstone.CAPSTONE_TASK["lag"]  # 2
+EVAL = capstone.CAPSTONE_EVAL_LENGTH  # 64
 BANDS = {"trained": (LAG, L0), "to 2x": (L0, 2 * L0), "to 4x": (2 * L0, EVAL)}
 TRAINED, TO_2X, TO_4X = range(3)
 
@@ -57,19 +57,19 @@ def schemes() -> dict:
     torch.manual_seed(0)
     results = {}
     for scheme in SCHEMES:
-        for steps, r in experiments.train_capstone_scheme(
+        for steps, r in capstone.train_capstone_scheme(
             scheme,
-            experiments.seeds(experiments.CAPSTONE_SEEDS),
+            experiments.seeds(capstone.CAPSTONE_SEEDS),
             budgets=BUDGETS,
-            lr=experiments.CAPSTONE_LR,
-            warmup_steps=experiments.CAPSTONE_WARMUP_STEPS,
+            lr=capstone.CAPSTONE_LR,
+            warmup_steps=capstone.CAPSTONE_WARMUP_STEPS,
         ).items():
             results[scheme, steps] = r
     per_position = {
-        key: experiments.position_accuracies(r, length=EVAL, lag=LAG)
+        key: capstone.position_accuracies(r, length=EVAL, lag=LAG)
         for key, r in results.items()
     }
-    band = {key: experiments.band_accuracy(a, BANDS) for key, a in per_position.items()}
+    band = {key: capstone.band_accuracy(a, BANDS) for key, a in per_position.items()}
     full = {s: band[s, FULL] for s in SCHEMES}
     return {
         "results": results,
@@ -151,7 +151,7 @@ def test_alibi_degrades_least_past_twice_and_learns_slowest(schemes: dict) -> No
     assert hi["alibi"][TO_2X] < lo["rope"][TO_2X]
     first_below = {
         s: [
-            experiments.first_step_below(c, 0.5)
+            capstone.first_step_below(c, 0.5)
             for c in schemes["results"][s, FULL].losses
         ]
         for s in ("sinusoidal", "rope", "alibi")
@@ -168,12 +168,12 @@ def test_alibi_degrades_least_past_twice_and_learns_slowest(schemes: dict) -> No
 
 
 def test_adams_first_step_is_the_same_in_both_placements_at_depth_4() -> None:
-    lr = experiments.WARMUP_RUN_LR
-    premise = experiments.first_adamw_step(
-        experiments.seeds(experiments.WARMUP_RUN_SEEDS), lr=lr
+    lr = capstone.WARMUP_RUN_LR
+    premise = capstone.first_adamw_step(
+        experiments.seeds(capstone.WARMUP_RUN_SEEDS), lr=lr
     )
     post, pre = premise["post"], premise["pre"]
-    dim = experiments.CAPSTONE_SIZES["dim"]  # the top MLP's output matrix: dim x 4 dim
+    dim = capstone.CAPSTONE_SIZES["dim"]  # the top MLP's output matrix: dim x 4 dim
     expected = torch.full_like(post[:, 1], lr * math.sqrt(dim * 4 * dim))
     torch.testing.assert_close(post[:, 1], expected, rtol=1e-3, atol=0)
     torch.testing.assert_close(pre[:, 1], expected, rtol=1e-3, atol=0)
@@ -187,10 +187,10 @@ def test_adams_first_step_is_the_same_in_both_placements_at_depth_4() -> None:
 def warmup() -> dict[str, experiments.SeedRuns]:
     """The chapter's warm-up experiment: seeds(WARMUP_RUN_SEEDS), its steps and rate,
     four layers."""
-    return experiments.warmup_runs(
-        experiments.seeds(experiments.WARMUP_RUN_SEEDS),
-        steps=experiments.WARMUP_RUN_STEPS,
-        lr=experiments.WARMUP_RUN_LR,
+    return capstone.warmup_runs(
+        experiments.seeds(capstone.WARMUP_RUN_SEEDS),
+        steps=capstone.WARMUP_RUN_STEPS,
+        lr=capstone.WARMUP_RUN_LR,
     )
 
 
@@ -201,7 +201,7 @@ def _learned(runs: experiments.SeedRuns) -> int:
 
 def _lost(runs: experiments.SeedRuns) -> int:
     """Seeds back above 1 nat after they had got below 0.1."""
-    return sum(experiments.first_relapse(c) is not None for c in runs.losses)
+    return sum(capstone.first_relapse(c) is not None for c in runs.losses)
 
 
 def test_without_warmup_pre_ln_trains_and_post_ln_mostly_never_learns(
@@ -233,23 +233,23 @@ def _mod5(tokens: torch.Tensor) -> torch.Tensor:
 
 
 def test_absolute_positions_learned_table_at_once_rope_slowly_neither_beyond() -> None:
-    seeds = experiments.seeds(experiments.CAPSTONE_SEEDS)
-    steps = experiments.ABSOLUTE_STEPS  # learned: 100, rope: 600
-    table, table_acc = experiments.absolute_position_runs(
+    seeds = experiments.seeds(capstone.CAPSTONE_SEEDS)
+    steps = capstone.ABSOLUTE_STEPS  # learned: 100, rope: 600
+    table, table_acc = capstone.absolute_position_runs(
         "learned", seeds, steps=steps["learned"], targets=_mod5, eval_length=2 * L0
     )
-    rope, rope_acc = experiments.absolute_position_runs(
+    rope, rope_acc = capstone.absolute_position_runs(
         "rope", seeds, steps=steps["rope"], targets=_mod5, eval_length=2 * L0
     )
     assert (table_acc[:, :L0].mean(dim=1) > 0.99).all()
     assert all(
         n is not None and n <= 60
-        for n in (experiments.first_step_below(c, 0.1) for c in table.losses)
+        for n in (capstone.first_step_below(c, 0.1) for c in table.losses)
     )
     assert (rope_acc[:, :L0].mean(dim=1) > 0.93).all()
     assert all(
         n is None or n > 300
-        for n in (experiments.first_step_below(c, 0.1) for c in rope.losses)
+        for n in (capstone.first_step_below(c, 0.1) for c in rope.losses)
     )
     assert all(sum(c[-100:]) < sum(c[300:400]) for c in rope.losses)
     for acc in (table_acc, rope_acc):

@@ -4,7 +4,7 @@ windowed cache of Mistral 7B, Gemma 2 and Gemma 3 from their configurations, the
 and soft-capping bounds, the stability experiment on the tiny model (six seeds), the
 MLA cache and absorption, padding and shift invariance on Hugging Face's models, and the
 StreamingLLM cache. The trained claims (marker ``trained``) run the chapter's own
-experiments from :mod:`companion.experiments`; ``make claims`` reruns them under every
+experiments from :mod:`companion.stability` (trained by :mod:`companion.experiments`); ``make claims`` reruns them under every
 variant."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 
 import companion
 from companion import experiments, extension, mla, modern
+from companion import stability as stab
 from companion.decoder import from_hf, generate
 from companion.norm import rms_norm
 from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
@@ -135,9 +136,9 @@ def test_qk_norm_bound_at_initialization_and_softcap_slope() -> None:
 
 # ---- the stability experiment and the sinks (six seeds; make claims reruns these) ------
 #
-# The chapter's own runs: experiments.stability_runs over experiments.seeds(6) with its
+# The chapter's own runs: stability.stability_runs over experiments.seeds(6) with its
 # exported settings (STABILITY_STEPS, STABILITY_CAP), read with
-# experiments.measure_stability, first_token_mass and lag_weight, and the chapter's
+# stability.measure_stability, first_token_mass and lag_weight, and the chapter's
 # bounds. Each test is one row of `make claims`; none names a seed. A trained run can
 # spike (its loss jumps back up after getting below 0.01): no bound here reads a trained
 # run's end state, only its lowest 20-step mean.
@@ -184,12 +185,12 @@ def test_adamw_normalises_a_constant_scale_not_a_shrinking_gradient() -> None:
 
 @pytest.fixture(scope="module")
 def stability() -> tuple[dict, dict]:
-    runs = experiments.stability_runs(
+    runs = stab.stability_runs(
         experiments.seeds(6),
-        steps=experiments.STABILITY_STEPS,
-        cap=experiments.STABILITY_CAP,
+        steps=stab.STABILITY_STEPS,
+        cap=stab.STABILITY_CAP,
     )
-    measures = {label: experiments.measure_stability(r) for label, r in runs.items()}
+    measures = {label: stab.measure_stability(r) for label, r in runs.items()}
     return runs, measures
 
 
@@ -235,20 +236,20 @@ def test_softcap_does_not_rescue_lr_0_3_in_any_seed(stability) -> None:
 @pytest.mark.trained(chapter=9)
 def test_no_attention_sink_in_the_models_that_learned(stability) -> None:
     runs, _ = stability
-    uniform = experiments.uniform_first_token_share()
+    uniform = stab.uniform_first_token_share()
     assert round(uniform, 3) == 0.108
     for label in ("plain, lr 0.03", "QK-norm, lr 0.3"):
-        mass = experiments.first_token_mass(runs[label].models)  # (seeds, layers, H)
+        mass = stab.first_token_mass(runs[label].models)  # (seeds, layers, H)
         assert (mass.mean(dim=(1, 2)) < uniform).all()  # every seed, over its heads
         # single heads are not bounded here: they move with the variant
-        lag = experiments.lag_weight(runs[label].models)  # (seeds, layers, H)
+        lag = stab.lag_weight(runs[label].models)  # (seeds, layers, H)
         assert (lag.amax(dim=(1, 2)) > 0.5).all()  # every seed: some head copies
 
 
 @pytest.mark.trained(chapter=9)
 def test_adam_first_step_is_the_learning_rate() -> None:
-    lr = experiments.STABILITY_RUNS["plain, lr 0.3"][1]
-    first = experiments.first_attention_step(experiments.seeds(6), lr=lr)
+    lr = stab.STABILITY_RUNS["plain, lr 0.3"][1]
+    first = stab.first_attention_step(experiments.seeds(6), lr=lr)
     step, initial = first["step"], first["initial"]  # (seeds, layers, Q/K, 32, 32)
     near = (step > 0.99 * lr).double().mean(dim=(-2, -1))
     assert step.max() <= lr * (1 + 1e-6) and (near > 0.95).all()

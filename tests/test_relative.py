@@ -712,19 +712,21 @@ def test_position_family_model_builds_each_layer(scheme) -> None:
     assert position_family_model("alibi", _TINY).config.position == "alibi"
 
 
-def test_the_comparison_moved_to_experiments_with_a_deprecated_alias() -> None:
+def test_the_comparison_moved_to_its_module_with_a_deprecated_alias() -> None:
     """relative.compare_position_schemes and PositionComparison still work for one
-    release, warn, and are companion.experiments' own; importing companion.relative
+    release, warn, and are companion.position_comparison's own (the module that holds
+    the trained comparison since experiments.py was split); importing companion.relative
     does not import companion.experiments (no cycle at import time)."""
     import subprocess
     import sys
 
-    from companion import experiments, relative
+    from companion import position_comparison, relative
 
     for name in ("compare_position_schemes", "PositionComparison"):
-        with pytest.warns(DeprecationWarning, match=rf"companion.experiments.{name}"):
+        new_home = rf"companion\.position_comparison\.{name}\b"
+        with pytest.warns(DeprecationWarning, match=new_home):
             alias = getattr(relative, name)
-        assert alias is getattr(experiments, name)
+        assert alias is getattr(position_comparison, name)
         assert name not in relative.__all__
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         relative.no_such_name  # noqa: B018

@@ -1,6 +1,6 @@
 """Numbers the chapter on the rest of the position family (book/04_relative_positions)
 states, asserted here; the trained ones (marked ``trained``) call the chapter's own
-``companion.experiments.compare_position_schemes`` and assert the chapter's bounds.
+``companion.position_comparison.compare_position_schemes`` and assert the chapter's bounds.
 
 T5's buckets at its defaults (32 buckets, max_distance 128): the encoder's 16 buckets of
 one direction start at distances 0-7 (exact), then 8, 12, 16, 23, 32, 46, 64, 91, and
@@ -154,9 +154,9 @@ def test_rope_pair_1_sine_part_flips_sign_at_half_a_turn() -> None:
 
 
 # ---- The trained comparison (mirrors the chapter's asserts) -------------------------
-# One module-scoped run of companion.experiments.compare_position_schemes, the chapter's
-# own call (its budgets and seed counts, from companion.experiments), and T5 again over
-# seeds(POSITION_FAMILY_T5_SEEDS): `make claims` reruns these under every variant
+# One module-scoped run of companion.position_comparison.compare_position_schemes, the
+# chapter's own call (its budgets and seed counts, from the same module), and T5 again
+# over seeds(POSITION_FAMILY_T5_SEEDS): `make claims` reruns these under every variant
 # (jitter, one thread, ATen default, other seeds); a bound is kept only if it holds in
 # all of them.
 
@@ -172,24 +172,24 @@ _PROBE_SEED = 1  # the chapter's probe batch for the attention of the RoPE model
 
 @pytest.fixture(scope="module")
 def comparison():
-    from companion import experiments
+    from companion import experiments, position_comparison
 
     torch.set_num_threads(1)
-    return experiments.compare_position_schemes(
-        steps=experiments.POSITION_FAMILY_STEPS,
-        seeds=experiments.seeds(experiments.POSITION_FAMILY_SEEDS),
+    return position_comparison.compare_position_schemes(
+        steps=position_comparison.POSITION_FAMILY_STEPS,
+        seeds=experiments.seeds(position_comparison.POSITION_FAMILY_SEEDS),
     )
 
 
 @pytest.fixture(scope="module")
 def t5_six():
-    from companion import experiments
+    from companion import experiments, position_comparison
 
     torch.set_num_threads(1)
-    return experiments.compare_position_schemes(
+    return position_comparison.compare_position_schemes(
         ("t5",),
-        steps=experiments.POSITION_FAMILY_STEPS["t5"],
-        seeds=experiments.seeds(experiments.POSITION_FAMILY_T5_SEEDS),
+        steps=position_comparison.POSITION_FAMILY_STEPS["t5"],
+        seeds=experiments.seeds(position_comparison.POSITION_FAMILY_T5_SEEDS),
     )
 
 
