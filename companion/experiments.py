@@ -141,8 +141,8 @@ def seeds(n: int) -> tuple[int, ...]:
 
 def distinct_seeds(name: str, seed_list: object) -> tuple[int, ...]:
     """``seed_list`` checked to be distinct seeds in ``[0, 2**32)``, as a tuple: the
-    check every experiment that takes a list of seeds shares (the capstone's and the
-    stability runs').
+    check every experiment that takes a list of seeds shares (the position family's
+    comparison, the capstone's runs and the stability runs).
 
     Args:
         name: the caller's name for the argument, for the message.

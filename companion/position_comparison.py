@@ -140,24 +140,6 @@ class PositionComparison:
         return "\n".join(rows)
 
 
-def _distinct_seeds(seed_list: object) -> tuple[int, ...]:
-    if (
-        isinstance(seed_list, (str, bytes))
-        or not isinstance(seed_list, Sequence)
-        or not seed_list
-    ):
-        raise _validate.fail(
-            TypeError, "seeds", "a non-empty sequence of ints", seed_list
-        )
-    checked = tuple(
-        _validate.integer(f"seeds[{i}]", s, minimum=0, maximum=2**32 - 1)
-        for i, s in enumerate(seed_list)
-    )
-    if len(set(checked)) != len(checked):
-        raise ValueError(f"seeds must not repeat, got {checked}")
-    return checked
-
-
 def compare_position_schemes(
     schemes: Sequence[str] | None = None,
     *,
@@ -224,7 +206,11 @@ def compare_position_schemes(
     )
     if len(set(schemes)) != len(schemes):
         raise ValueError(f"schemes must not repeat a name, got {schemes}")
-    seed_list = experiments.seeds(3) if seeds is None else _distinct_seeds(seeds)
+    seed_list = (
+        experiments.seeds(3)
+        if seeds is None
+        else experiments.distinct_seeds("seeds", seeds)
+    )
     if config is None:
         config = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
     _validate.instance("config", config, ModelConfig, "a ModelConfig")

@@ -67,7 +67,7 @@ BAD_INPUTS = [
         "compare_position_schemes",
         lambda: _compare(seeds=(0, 0)),
         ValueError,
-        r"^seeds must not repeat, got \(0, 0\)",
+        r"^seeds must not repeat a seed, got \(0, 0\)",
     ),
     (
         "compare_position_schemes",
