@@ -31,7 +31,7 @@ Shape:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -294,24 +294,39 @@ def measure_stability(
 
 
 @torch.no_grad()
-def _checked_models_and_probe(models: object, probe: object) -> torch.Tensor:
-    """Checks a sequence of trained models and a probe (``None``: :func:`modern_probe`)."""
+def _mean_weight(
+    models: object,
+    probe: object,
+    name: str,
+    first: object,
+    check: Callable[[str, object], int],
+    pick: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """What :func:`lag_weight` and :func:`first_token_mass` share: check the models, the
+    probe (``None``: :func:`modern_probe`) and the first query ``first`` (by ``check``,
+    and less than the probe's length), then, for each model, the weights ``pick`` reads
+    from the rows of the queries ``t >= first``, averaged over the probe's sequences and
+    those queries: float64 ``(models, layers, H)``."""
     if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
         raise _validate.fail(
             TypeError, "models", "a non-empty sequence of trained models", models
         )
     probe = modern_probe() if probe is None else probe
     _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
-    return probe
-
-
-def _attention_maps_of(
-    models: Sequence[nn.Module], probe: torch.Tensor
-) -> Iterator[torch.Tensor]:
-    """Each model's attention maps on ``probe``, (layers, B, H, L, L), checking it first."""
+    first = check(name, first)
+    if first >= probe.shape[1]:
+        raise ValueError(
+            f"{name} must be less than the probe's length ({probe.shape[1]}), "
+            f"got {first}"
+        )
+    out = []
     for i, net in enumerate(models):
         _validate.module(f"models[{i}]", net, TinyTransformer)
-        yield attention_maps(net, probe)
+        rows = attention_maps(net, probe)[
+            ..., first:, :
+        ]  # (layers, B, H, L - first, L)
+        out.append(pick(rows).mean(dim=(1, 3)).double())  # (layers, H)
+    return torch.stack(out)
 
 
 def lag_weight(
@@ -332,17 +347,14 @@ def lag_weight(
     Returns:
         float64 ``(models, layers, heads)``.
     """
-    probe = _checked_models_and_probe(models, probe)
-    lag = _validate.positive_int("lag", lag)
-    if lag >= probe.shape[1]:
-        raise ValueError(
-            f"lag must be less than the probe's length ({probe.shape[1]}), got {lag}"
-        )
-    out = []
-    for maps in _attention_maps_of(models, probe):  # (layers, B, H, L, L)
-        back = maps[..., lag:, :].diagonal(offset=0, dim1=-2, dim2=-1)  # (.., L - lag)
-        out.append(back.mean(dim=(1, 3)).double())  # (layers, H)
-    return torch.stack(out)
+    return _mean_weight(  # query t's weight on key t - lag: the rows' diagonal
+        models,
+        probe,
+        "lag",
+        lag,
+        _validate.positive_int,
+        lambda rows: rows.diagonal(dim1=-2, dim2=-1),  # (layers, B, H, L - lag)
+    )
 
 
 def first_attention_step(
@@ -416,13 +428,11 @@ def first_token_mass(
         float64 ``(models, layers, heads)``; compare with
         :func:`uniform_first_token_share`.
     """
-    probe = _checked_models_and_probe(models, probe)
-    start = _validate.nonnegative_int("start", start)
-    if start >= probe.shape[1]:
-        raise ValueError(
-            f"start must be less than the probe's length ({probe.shape[1]}), got {start}"
-        )
-    mass = []
-    for maps in _attention_maps_of(models, probe):  # (layers, B, H, L, L)
-        mass.append(maps[..., start:, 0].mean(dim=(1, 3)).double())  # (layers, H)
-    return torch.stack(mass)
+    return _mean_weight(  # query t's weight on key 0: the rows' first column
+        models,
+        probe,
+        "start",
+        start,
+        _validate.nonnegative_int,
+        lambda rows: rows[..., 0],  # (layers, B, H, L - start)
+    )
