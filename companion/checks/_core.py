@@ -26,7 +26,7 @@ import functools
 import inspect
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,6 +87,31 @@ class CheckResult:
 def passed_cases(n: int) -> str:
     """How many cases passed, in words: "the 1 case passes" or "all n cases pass"."""
     return "the 1 case passes" if n == 1 else f"all {n} cases pass"
+
+
+def tally(check: str, passed: Iterable[object]) -> CheckResult:
+    """Count the cases ``passed`` yields (one item per case that passed), then print
+    the checker's one line and return its :class:`CheckResult`: "✓ ... all N cases
+    pass" and a true result, or "not attempted yet" and a false one when a case meets
+    the exercise's stub (:class:`NotAttempted`). A failed case raises
+    :class:`CheckError` through it. :func:`checker` runs every checker's cases here; a
+    checker whose cases are not :class:`Case` objects (``check_stablelm_port``) does
+    too."""
+    count = 0
+    try:
+        for _ in passed:
+            count += 1
+    except NotAttempted:
+        print(NOT_ATTEMPTED.format(check=check))
+        return CheckResult(check, False, count)
+    print(PASSED.format(check=check, cases=passed_cases(count)))
+    return CheckResult(check, True, count)
+
+
+def f64(value: object) -> torch.Tensor:
+    """``value`` (a number or a nested list of them) as a float64 tensor: an expected
+    answer computed in Python floats, compared at float64 precision."""
+    return torch.as_tensor(value, dtype=torch.float64)
 
 
 # ---- errors and mistakes -------------------------------------------------------------
@@ -704,15 +729,12 @@ def checker(body: Callable[..., Iterable[Case]]) -> Callable[..., CheckResult]:
         fns = {
             name: _validate.callable_(name, bound.arguments[name]) for name in learners
         }
-        count = 0
-        try:
+
+        def passed() -> Iterator[None]:
             for case in body(*args, **kwargs):
                 run_case(check, fns[case.learner or learners[0]], case)
-                count += 1
-        except NotAttempted:
-            print(NOT_ATTEMPTED.format(check=check))
-            return CheckResult(check, False, count)
-        print(PASSED.format(check=check, cases=passed_cases(count)))
-        return CheckResult(check, True, count)
+                yield None
+
+        return tally(check, passed())
 
     return run

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from companion import extension, rope
-from companion.checks._core import Case, Mistake, checker
+from companion.checks._core import Case, Mistake, checker, f64
 
 __all__ = [
     "check_alibi_slopes",
@@ -21,10 +21,6 @@ __all__ = [
 def _power_of_two_slopes(heads: int) -> list[float]:
     """2^(-8h/H), h = 1..H: the power-of-two rule applied to any H."""
     return [2.0 ** (-8.0 * h / heads) for h in range(1, heads + 1)]
-
-
-def _f64(values: object) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float64)
 
 
 @checker
@@ -51,20 +47,20 @@ def check_alibi_slopes(alibi_slopes: Callable[..., object]) -> Iterator[Case]:
                 f"{num_heads} heads take the slopes of c = {closest} heads, then every "
                 f"other slope of 2c = {2 * closest} heads, from the first "
                 f"(2^(-4/{closest}), 2^(-12/{closest}), ...), for the other H - c.",
-                _f64(_power_of_two_slopes(num_heads)),
+                f64(_power_of_two_slopes(num_heads)),
             ),
             Mistake(
                 "extra slopes not interleaved",
                 f"the H - c = {num_heads - closest} extra heads take every other slope "
                 f"of the 2c = {2 * closest}-head sequence, from the first ([0::2] in "
                 "the reference code); you took its first slopes in a row.",
-                _f64(_power_of_two_slopes(closest) + extra),
+                f64(_power_of_two_slopes(closest) + extra),
             ),
             Mistake(
                 "slope 2^-h for every head count",
                 "1/2, 1/4, ... is the 8-head sequence; for H heads the ratio is "
                 "2^(-8/H).",
-                _f64([2.0**-k for k in range(1, num_heads + 1)]),
+                f64([2.0**-k for k in range(1, num_heads + 1)]),
             ),
         ]
         power_of_two = num_heads & (num_heads - 1) == 0
@@ -101,38 +97,38 @@ def check_ntk_aware_base(ntk_aware_base: Callable[..., object]) -> Iterator[Case
                 "your value is right to float32 precision (about 7 digits) but not to "
                 "the 1e-9 asked: compute in Python floats or float64 (a float32 "
                 "tensor, or torch.tensor(base) with its default dtype, rounds it).",
-                _f64(right),
+                f64(right),
                 rtol=1e-6,  # float32 keeps 24 bits: 6e-8 relative per rounding
             ),
             Mistake(
                 "exponent head_dim instead of head_dim/(head_dim-2)",
                 "the exponent is D/(D-2), chosen so that the slowest pair "
                 "(i = D/2 - 1, exponent (D-2)/D) is slowed by exactly the factor.",
-                _f64(b * s**d),
+                f64(b * s**d),
             ),
             Mistake(
                 "base multiplied by the factor",
                 "b*s slows the slowest pair by s^((D-2)/D), slightly less than s; "
                 "raise the factor to the power D/(D-2).",
-                _f64(b * s),
+                f64(b * s),
             ),
             Mistake(
                 "exponent inverted",
                 "use s^(D/(D-2)), not s^((D-2)/D): the base must grow enough that "
                 "b'^(-(D-2)/D) = b^(-(D-2)/D) / s.",
-                _f64(b * s ** ((d - 2) / d)),
+                f64(b * s ** ((d - 2) / d)),
             ),
             Mistake(
                 "base divided by the factor",
                 "a smaller base makes every pair faster; the NTK base is larger than "
                 "b.",
-                _f64(b / s ** (d / (d - 2))),
+                f64(b / s ** (d / (d - 2))),
             ),
         ]
         yield Case(
             "the slowest pair slowed by the factor, the fastest unchanged",
             {"base": b, "factor": s, "head_dim": d},
-            _f64(right),
+            f64(right),
             mistakes,
             atol=0.0,
             rtol=1e-9,

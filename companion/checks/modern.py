@@ -9,17 +9,15 @@ import torch
 
 from companion import _validate, modern
 from companion.checks._core import (
-    NOT_ATTEMPTED,
-    PASSED,
     Case,
     CheckError,
     CheckResult,
     Mistake,
-    NotAttempted,
     call,
     checker,
     expect_close,
-    passed_cases,
+    f64,
+    tally,
 )
 from companion.decoder import DecoderSpec, Port, from_hf
 
@@ -29,10 +27,6 @@ __all__ = [
     "check_sink_cache_keep",
     "check_stablelm_port",
 ]
-
-
-def _f64(value: object) -> torch.Tensor:
-    return torch.tensor(value, dtype=torch.float64)
 
 
 @checker
@@ -59,25 +53,25 @@ def check_receptive_field(receptive_field: Callable[..., object]) -> Iterator[Ca
                 "window counted as W back",
                 "a window of W holds the query itself and W - 1 earlier tokens, so "
                 "each layer reaches W - 1 further back: sum W - 1 over the layers.",
-                _f64(sum(windows)),
+                f64(sum(windows)),
             ),
             Mistake(
                 "largest window only",
                 "each layer reads the previous layer's outputs, which already reach "
                 "back: the reaches add up over the layers.",
-                _f64(max(w - 1 for w in windows)),
+                f64(max(w - 1 for w in windows)),
             ),
             Mistake(
                 "windows multiplied",
                 "the reaches add (a path moves back at most W - 1 per layer); they do "
                 "not multiply.",
-                _f64(product),
+                f64(product),
             ),
         ]
         yield Case(
             "N layers reach sum of (W - 1) tokens back",
             {"windows": windows},
-            _f64(modern.receptive_field(windows)),
+            f64(modern.receptive_field(windows)),
             mistakes,
             atol=0.0,
             rtol=0.0,
@@ -434,8 +428,8 @@ def check_stablelm_port(stablelm_port: object) -> CheckResult:
     """
     check = "check_stablelm_port"
     _validate.callable_("stablelm_port", stablelm_port)
-    count = 0
-    try:
+
+    def passed() -> Iterator[None]:
         for seed, (prop, overrides) in enumerate(_STABLELM_CASES.items()):
             model = _stablelm_model(seed, **overrides)
             shown = {"model": f"StableLmForCausalLM({prop})"}
@@ -482,7 +476,7 @@ def check_stablelm_port(stablelm_port: object) -> CheckResult:
                 rtol=1e-4,
                 mistakes=mistakes,
             )
-            count += 1
+            yield None
         for seed, option in enumerate(_STABLELM_REFUSED, start=len(_STABLELM_CASES)):
             model = _stablelm_model(seed, **{option: True})
             shown = f"StableLmForCausalLM({option}=True)"
@@ -515,9 +509,6 @@ def check_stablelm_port(stablelm_port: object) -> CheckResult:
                     f"the port copied a model with {option}=True, which the copy does "
                     f"not implement: spec must raise a ValueError naming {option}.",
                 )
-            count += 1
-    except NotAttempted:
-        print(NOT_ATTEMPTED.format(check=check))
-        return CheckResult(check, False, count)
-    print(PASSED.format(check=check, cases=passed_cases(count)))
-    return CheckResult(check, True, count)
+            yield None
+
+    return tally(check, passed())

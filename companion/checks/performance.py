@@ -8,17 +8,13 @@ from collections.abc import Callable, Iterator
 import torch
 
 from companion import performance
-from companion.checks._core import Case, Mistake, checker
+from companion.checks._core import Case, Mistake, checker, f64
 
 __all__ = [
     "check_roofline_time",
     "check_tiled_attention_intensity",
     "check_ulp32",
 ]
-
-
-def _f64(value: object) -> torch.Tensor:
-    return torch.as_tensor(value, dtype=torch.float64)
 
 
 @checker
@@ -124,23 +120,23 @@ def check_roofline_time(roofline_time: Callable[..., object]) -> Iterator[Case]:
         yield Case(
             prop,
             inputs,
-            _f64(max(compute, memory)),
+            f64(max(compute, memory)),
             [
                 Mistake(
                     "sum of the two floors",
                     "a kernel moves data while it computes: the time is at least the "
                     "larger of the two floors, not their sum.",
-                    _f64(compute + memory),
+                    f64(compute + memory),
                 ),
                 Mistake(
                     "the smaller floor",
                     "both floors bind: the time is at least the larger one (max).",
-                    _f64(min(compute, memory)),
+                    f64(min(compute, memory)),
                 ),
                 Mistake(
                     "flops over bandwidth",
                     "divide the flops by the peak rate and the bytes by the bandwidth.",
-                    _f64(max(flops / bandwidth, moved / peak)),
+                    f64(max(flops / bandwidth, moved / peak)),
                 ),
             ],
             atol=0.0,
@@ -200,13 +196,13 @@ def check_tiled_attention_intensity(
                 "K and V read only once",
                 "each block of queries streams all of K and V through the chip again: "
                 "count 2 L D elements per query block, ceil(L / B_r) blocks.",
-                _f64(flops / moved(1)),
+                f64(flops / moved(1)),
             ),
             Mistake(
                 "multiply-adds counted as one flop",
                 "QK^T and PV are L S D multiply-adds each, two flops per multiply-add: "
                 "4 L^2 D flops in all.",
-                _f64(flops / 2 / moved(blocks)),
+                f64(flops / 2 / moved(blocks)),
             ),
         ]
         mistakes.append(
@@ -215,7 +211,7 @@ def check_tiled_attention_intensity(
                 "that counts the L x L scores written and read back, as standard "
                 "attention does; tiling keeps them on chip: count Q and the output "
                 "once and K and V once per block of queries.",
-                _f64(flops / (size * (4 * length * head_dim + 2 * length * length))),
+                f64(flops / (size * (4 * length * head_dim + 2 * length * length))),
             )
         )
         if length % block:
@@ -225,9 +221,9 @@ def check_tiled_attention_intensity(
                         "no ceiling for a partial block",
                         "a last, partial block of queries still reads all of K and V: "
                         f"use ceil(L / B_r) = {blocks} blocks, not {k_blocks:g}.",
-                        _f64(flops / moved(k_blocks)),
+                        f64(flops / moved(k_blocks)),
                     )
                 )
         yield Case(
-            prop, inputs, _f64(flops / moved(blocks)), mistakes, atol=0.0, rtol=1e-6
+            prop, inputs, f64(flops / moved(blocks)), mistakes, atol=0.0, rtol=1e-6
         )
