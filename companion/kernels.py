@@ -354,6 +354,35 @@ def _mm(a, b, F32: tl.constexpr):
     return c
 
 
+@triton.jit
+def _row_tiles(
+    a_ptr,
+    b_ptr,
+    start,
+    length,
+    bh,
+    offs_d,
+    d_ok,
+    BLOCK: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    F32: tl.constexpr,
+):
+    # rows start .. start + BLOCK of one (batch, head) of two contiguous (B, H, len, D)
+    # tensors read together (k and v, or q and dO): the rows' offsets, which of them are
+    # in range, their rows in (B H len, D), the tile mask, and both tiles (BLOCK, BD),
+    # zero outside the mask, in float32 when F32
+    offs = start + tl.arange(0, BLOCK)
+    ok = offs < length
+    rows = bh * length + offs.to(tl.int64)
+    mask = ok[:, None] & d_ok[None, :]
+    at = rows[:, None] * HEAD_DIM + offs_d[None, :]
+    a = tl.load(a_ptr + at, mask=mask, other=0.0)
+    b = tl.load(b_ptr + at, mask=mask, other=0.0)
+    if F32:
+        a, b = a.to(tl.float32), b.to(tl.float32)
+    return offs, ok, rows, mask, a, b
+
+
 def _flash_kernel(
     q_ptr,
     k_ptr,
@@ -506,39 +535,19 @@ def _flash_bwd_dkdv_kernel(
     # every block of queries streams past; grid (S / BLOCK_N, H, B)
     start_n = tl.program_id(0) * BLOCK_N
     bh = _batch_head()
-    offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    n_ok = offs_n < k_len
-    kv_rows = bh * k_len + offs_n.to(tl.int64)
-    kv_mask = n_ok[:, None] & d_ok[None, :]
-    k = tl.load(
-        k_ptr + kv_rows[:, None] * HEAD_DIM + offs_d[None, :], mask=kv_mask, other=0.0
+    offs_n, n_ok, kv_rows, kv_mask, k, v = _row_tiles(
+        k_ptr, v_ptr, start_n, k_len, bh, offs_d, d_ok, BLOCK_N, HEAD_DIM, F32
     )
-    v = tl.load(
-        v_ptr + kv_rows[:, None] * HEAD_DIM + offs_d[None, :], mask=kv_mask, other=0.0
-    )
-    if F32:
-        k, v = k.to(tl.float32), v.to(tl.float32)
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     # causal: queries before this key block never see it; start at its diagonal block
     start = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0
     for start_m in range(start, q_len, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        m_ok = offs_m < q_len
-        q_rows = bh * q_len + offs_m.to(tl.int64)
-        q_mask = m_ok[:, None] & d_ok[None, :]
-        q = tl.load(
-            q_ptr + q_rows[:, None] * HEAD_DIM + offs_d[None, :], mask=q_mask, other=0.0
+        offs_m, m_ok, q_rows, _, q, do = _row_tiles(
+            q_ptr, do_ptr, start_m, q_len, bh, offs_d, d_ok, BLOCK_M, HEAD_DIM, F32
         )
-        do = tl.load(
-            do_ptr + q_rows[:, None] * HEAD_DIM + offs_d[None, :],
-            mask=q_mask,
-            other=0.0,
-        )
-        if F32:
-            q, do = q.to(tl.float32), do.to(tl.float32)
         lse = tl.load(lse_ptr + q_rows, mask=m_ok, other=0.0) * 1.4426950408889634
         delta = tl.load(delta_ptr + q_rows, mask=m_ok, other=0.0)
         # recompute P^T for this tile from the stored log-sum-exp: (BN, BM)
@@ -584,41 +593,19 @@ def _flash_bwd_dq_kernel(
     # as in the forward; grid (L / BLOCK_M, H, B)
     start_m = tl.program_id(0) * BLOCK_M
     bh = _batch_head()
-    offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    m_ok = offs_m < q_len
-    q_rows = bh * q_len + offs_m.to(tl.int64)
-    q_mask = m_ok[:, None] & d_ok[None, :]
-    q = tl.load(
-        q_ptr + q_rows[:, None] * HEAD_DIM + offs_d[None, :], mask=q_mask, other=0.0
+    offs_m, m_ok, q_rows, q_mask, q, do = _row_tiles(
+        q_ptr, do_ptr, start_m, q_len, bh, offs_d, d_ok, BLOCK_M, HEAD_DIM, F32
     )
-    do = tl.load(
-        do_ptr + q_rows[:, None] * HEAD_DIM + offs_d[None, :], mask=q_mask, other=0.0
-    )
-    if F32:
-        q, do = q.to(tl.float32), do.to(tl.float32)
     lse = tl.load(lse_ptr + q_rows, mask=m_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(delta_ptr + q_rows, mask=m_ok, other=0.0)
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     end_n = tl.minimum(k_len, start_m + BLOCK_M) if CAUSAL else k_len
     for start_n in range(0, end_n, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < k_len
-        kv_rows = bh * k_len + offs_n.to(tl.int64)
-        kv_mask = n_ok[:, None] & d_ok[None, :]
-        k = tl.load(
-            k_ptr + kv_rows[:, None] * HEAD_DIM + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
+        offs_n, n_ok, _, _, k, v = _row_tiles(
+            k_ptr, v_ptr, start_n, k_len, bh, offs_d, d_ok, BLOCK_N, HEAD_DIM, F32
         )
-        v = tl.load(
-            v_ptr + kv_rows[:, None] * HEAD_DIM + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
-        if F32:
-            k, v = k.to(tl.float32), v.to(tl.float32)
         s = _mm(q, tl.trans(k), F32)
         dp = _mm(do, tl.trans(v), F32)
         keep = m_ok[:, None] & n_ok[None, :]
