@@ -9,13 +9,9 @@ import torch
 from torch import Tensor
 
 from companion.attention import scaled_dot_product_attention
-from companion.checks._core import Case, Mistake, checker
+from companion.checks._core import Case, Mistake, checker, f64
 
 __all__ = ["check_cached_attention", "check_kv_cache_bytes", "check_repeat_kv"]
-
-
-def _bytes(n: int) -> Tensor:
-    return torch.tensor(float(n), dtype=torch.float64)  # exact below 2**53
 
 
 @checker
@@ -30,12 +26,6 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable[..., object]) -> Iterator[Case
 
     Args:
         kv_cache_bytes: a function of six ints returning the number of bytes.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     # (layers, heads, kv heads, head_dim, bytes, tokens): GPT-2 medium, Llama-3-8B, MQA.
     # No case has layers == heads: there "one layer only" and "head_dim split across
@@ -51,24 +41,24 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable[..., object]) -> Iterator[Case
                 "counted the query heads",
                 "only the key/value heads are cached: with grouped-query attention "
                 f"{heads} query heads share {kv} key/value heads.",
-                _bytes(2 * layers * heads * dim * size * tokens),
+                f64(2 * layers * heads * dim * size * tokens),
             ),
             Mistake(
                 "keys only",
                 "each layer caches a key AND a value per head and token: a factor 2.",
-                _bytes(layers * kv * dim * size * tokens),
+                f64(layers * kv * dim * size * tokens),
             ),
             Mistake(
                 "one layer only",
                 f"every one of the {layers} layers has its own cache.",
-                _bytes(2 * kv * dim * size * tokens),
+                f64(2 * kv * dim * size * tokens),
             ),
             Mistake(
                 "head_dim split across heads",
                 f"head_dim ({dim}) is already the width of ONE head (model width / "
                 "heads): each key/value head stores all of it, do not divide it by "
                 "the number of heads.",
-                _bytes(2 * layers * kv * dim * size * tokens / heads),
+                f64(2 * layers * kv * dim * size * tokens / heads),
             ),
         ]
         if heads == kv:  # "counted the query heads" gives the right answer here
@@ -83,7 +73,7 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable[..., object]) -> Iterator[Case
                 "bytes_per_element": size,
                 "tokens": tokens,
             },
-            _bytes(right),
+            f64(right),
             mistakes,
             atol=0.5,
             rtol=0.0,
@@ -106,12 +96,6 @@ def check_repeat_kv(repeat_kv: Callable[..., Tensor]) -> Iterator[Case]:
 
     Args:
         repeat_kv: a function ``(x (B, H_kv, S, D), groups) -> (B, H_kv*groups, S, D)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(0)
     for kv, groups in ((2, 3), (4, 2), (1, 4), (3, 1)):
@@ -160,12 +144,6 @@ def check_cached_attention(cached_attention: Callable[..., object]) -> Iterator[
     Args:
         cached_attention: a function of five tensors returning
             ``(output, keys, values)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     gen = torch.Generator().manual_seed(1)
     for batch, heads, length, dim in ((1, 2, 5, 8), (2, 3, 1, 4), (1, 1, 9, 16)):

@@ -8,13 +8,9 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-from companion.checks._core import Case, Mistake, checker
+from companion.checks._core import Case, Mistake, checker, f64
 
 __all__ = ["check_absorbed_scores", "check_mla_cache_bytes"]
-
-
-def _bytes(n: float) -> Tensor:
-    return torch.tensor(float(n), dtype=torch.float64)  # exact below 2**53
 
 
 @checker
@@ -30,12 +26,6 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., object]) -> Iterator[Ca
 
     Args:
         mla_cache_bytes: a function of six ints returning the number of bytes.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     # (layers, heads, r, d_R, bytes, tokens): DeepSeek-V3 (HF's DeepseekV3Config
     # defaults), the same at 4096 tokens in float32, a small one
@@ -55,31 +45,31 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., object]) -> Iterator[Ca
                 "bytes_per_element": size,
                 "tokens": tokens,
             },
-            _bytes(per * (r + dr)),
+            f64(per * (r + dr)),
             [
                 Mistake(
                     "rope key cached per head",
                     "the rope key k^R is ONE head shared by all query heads (as in "
                     "multi-query attention): qk_rope_head_dim numbers per token, not "
                     "num_heads times that.",
-                    _bytes(per * (r + heads * dr)),
+                    f64(per * (r + heads * dr)),
                 ),
                 Mistake(
                     "latent cached twice",
                     "keys and values are both read from the same latent c: it is "
                     "cached once, not once for keys and once for values.",
-                    _bytes(per * (2 * r + dr)),
+                    f64(per * (2 * r + dr)),
                 ),
                 Mistake(
                     "rope key left out",
                     "besides the latent, each token's rotated rope key is cached (it "
                     "cannot be rebuilt from c: it was projected from x).",
-                    _bytes(per * r),
+                    f64(per * r),
                 ),
                 Mistake(
                     "one layer only",
                     f"every one of the {layers} layers has its own latent cache.",
-                    _bytes(size * tokens * (r + dr)),
+                    f64(size * tokens * (r + dr)),
                 ),
             ],
             atol=0.5,
@@ -130,12 +120,6 @@ def check_absorbed_scores(absorbed_scores: Callable[..., Tensor]) -> Iterator[Ca
         absorbed_scores: a function of ``q_nope (H, L, dn)``, ``q_rope (H, L, dR)``
             (already rotated), ``latent (S, r)``, ``k_rope (S, dR)`` (rotated),
             ``w_uk (H, r, dn)`` and the float ``scale``, returning ``(H, L, S)``.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     # (H, L, S, dn, dR, r): a prefill; one decoding query with dn == r, where a
     # transposed W_UK still fits

@@ -31,12 +31,6 @@ def check_ulp32(ulp32: Callable[..., object]) -> Iterator[Case]:
     Args:
         ulp32: a function ``ulp32(x)`` taking a tensor and returning one spacing per
             element.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     cases = (
         ("one ulp of float32 at |x|", [1.0, 3.9, 2.0**19, 2.0**20, 1000.5]),
@@ -95,12 +89,6 @@ def check_roofline_time(roofline_time: Callable[..., object]) -> Iterator[Case]:
 
     Args:
         roofline_time: a function of four numbers returning seconds (a number).
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     peak, bandwidth = 67e12, 3.35e12  # an H100's float32 rate and its memory bandwidth
     n = 2**24
@@ -161,12 +149,6 @@ def check_tiled_attention_intensity(
 
     Args:
         tiled_attention_intensity: a function of four ints returning flops per byte.
-
-    Returns:
-        ``True`` when every case passes; ``False`` for the exercise's stub.
-
-    Raises:
-        CheckError: naming the property that failed, the input, expected and got.
     """
     # Block sizes B_r != 2D: with B_r = 2D standard attention's traffic, b (4LD + 2L^2),
     # is exactly twice the tiled count and could not be told from "multiply-adds counted
