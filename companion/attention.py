@@ -115,6 +115,25 @@ def dot_score(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     return query @ key.transpose(-2, -1)  # (..., L, S)
 
 
+def _query_and_key(
+    query: torch.Tensor, key: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first checks of the learned scores: ``query (..., L, Dq)``, and ``key
+    (..., S, Dk)`` of its dtype and device (the widths may differ)."""
+    query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
+    key = _validate.tensor_like(
+        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
+    )
+    return query, key
+
+
+def _batch_dims(query: torch.Tensor, key: torch.Tensor) -> tuple[int, ...]:
+    """The last check of the learned scores: the batch dims broadcast; their shape."""
+    return _validate.broadcastable(
+        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
+    )
+
+
 def general_score(
     query: torch.Tensor, key: torch.Tensor, *, weight: torch.Tensor
 ) -> torch.Tensor:
@@ -132,7 +151,7 @@ def general_score(
         weight: the learned matrix :math:`W`.
 
     Returns:
-        The scores.
+        The bilinear scores :math:`q_i W k_j^\top`, unscaled.
 
     Shape:
         query: ``(..., L, Dq)``.
@@ -140,15 +159,10 @@ def general_score(
         weight: ``(Dq, Dk)``.
         output: ``(..., L, S)``.
     """
-    query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
-    key = _validate.tensor_like(
-        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
-    )
+    query, key = _query_and_key(query, key)
     weight = _validate.tensor_like("weight", weight, "query", query, ndim=2)
     _validate.shape("weight", weight, (query.shape[-1], key.shape[-1]), "(Dq, Dk)")
-    _validate.broadcastable(
-        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
-    )
+    _batch_dims(query, key)
     return (query @ weight) @ key.transpose(-2, -1)  # (..., L, Dk) @ (..., Dk, S)
 
 
@@ -177,7 +191,7 @@ def additive_score(
         v: :math:`v_a`.
 
     Returns:
-        The scores.
+        The additive scores :math:`v_a^\top \tanh(W_a q_i + U_a k_j)`.
 
     Shape:
         query: ``(..., L, Dq)``.
@@ -187,10 +201,7 @@ def additive_score(
         v: ``(A,)``.
         output: ``(..., L, S)``.
     """
-    query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
-    key = _validate.tensor_like(
-        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
-    )
+    query, key = _query_and_key(query, key)
     v = _validate.tensor_like("v", v, "query", query, ndim=1, meaning="(A,)")
     for name, w, width in (
         ("query_weight", query_weight, query.shape[-1]),
@@ -198,9 +209,7 @@ def additive_score(
     ):
         w = _validate.tensor_like(name, w, "query", query, ndim=2)
         _validate.shape(name, w, (v.shape[0], width), "(A, D) with A = len(v)")
-    _validate.broadcastable(
-        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
-    )
+    _batch_dims(query, key)
     wq = query @ query_weight.T  # (..., L, A)
     uk = key @ key_weight.T  # (..., S, A)
     hidden_pairs = torch.tanh(wq.unsqueeze(-2) + uk.unsqueeze(-3))  # (..., L, S, A)
@@ -224,7 +233,8 @@ def concat_score(
         v: :math:`v`.
 
     Returns:
-        The scores.
+        The concat scores :math:`v^\top \tanh(W [q_i; k_j])`, equal to the additive
+        ones for :math:`W = [W_a \; U_a]`.
 
     Shape:
         query: ``(..., L, Dq)``.
@@ -233,17 +243,12 @@ def concat_score(
         v: ``(A,)``.
         output: ``(..., L, S)``.
     """
-    query = _validate.tensor("query", query, min_ndim=2, meaning="(..., L, Dq)")
-    key = _validate.tensor_like(
-        "key", key, "query", query, min_ndim=2, meaning="(..., S, Dk)"
-    )
+    query, key = _query_and_key(query, key)
     weight = _validate.tensor_like("weight", weight, "query", query, ndim=2)
     v = _validate.tensor_like("v", v, "query", query, ndim=1, meaning="(A,)")
     width = query.shape[-1] + key.shape[-1]
     _validate.shape("weight", weight, (v.shape[0], width), "(A, Dq + Dk)")
-    batch = _validate.broadcastable(
-        "query and key", [query.shape[:-2], key.shape[:-2]], "batch dims"
-    )
+    batch = _batch_dims(query, key)
     L, S = query.shape[-2], key.shape[-2]
     q = query.unsqueeze(-2).expand(*batch, L, S, query.shape[-1])  # (..., L, S, Dq)
     k = key.unsqueeze(-3).expand(*batch, L, S, key.shape[-1])  # (..., L, S, Dk)
