@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from companion import _validate
+from companion.attention import causal_mask
 from companion.model import (
     CausalSelfAttention,
     ModelConfig,
@@ -96,9 +97,8 @@ def softcapped_attention(
     is_causal = _validate.flag("is_causal", is_causal)
     scores = softcap(query @ key.transpose(-2, -1) * query.shape[-1] ** -0.5, cap)
     if is_causal:
-        L, S = query.shape[-2], key.shape[-2]
-        allowed = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(~allowed, float("-inf"))
+        allowed = causal_mask(query.shape[-2], key.shape[-2], device=query.device)
+        scores = scores.masked_fill(~allowed, float("-inf"))  # (..., L, S)
     return torch.softmax(scores, dim=-1) @ value
 
 
