@@ -22,6 +22,15 @@ CACHE_INPUTS = $(sort $(wildcard companion/*.py companion/*/*.py benchmarks/reco
 	requirements.txt
 CACHE_KEY    := _build/.companion-key
 NOTEBOOKS     = $(sort $(wildcard book/*.ipynb))
+# Test processes run side by side (pytest-xdist) in the unit, notebook and browser stages:
+# `make test JOBS=8` on a larger machine. Each runs its torch on one thread (two processes
+# on two threads each would fight over 2 cores).
+JOBS ?= 2
+# The chapters that train first, so that under JOBS=2 the two long ones start at once and
+# the short ones fill in around them.
+SLOW_NOTEBOOKS = book/07_tiny_transformer.ipynb book/04_relative_positions.ipynb \
+	book/09_modern_decoders.ipynb
+NB_ORDER = $(SLOW_NOTEBOOKS) $(filter-out $(SLOW_NOTEBOOKS),$(NOTEBOOKS))
 
 .PHONY: help venv book book-strict test lint strip-check unit notebooks browser pdf pdf-check bench clean lab \
 	install-check claims claims-ci floors
@@ -118,7 +127,7 @@ strip-check: venv
 # The unit tests, less the trained claims: those run in `claims-ci` under two variants that
 # stand for other processors (the chapters themselves assert them as is, under nbmake).
 unit: venv
-	$(BIN)/pytest tests/ -q -m "not trained" --durations=10
+	OMP_NUM_THREADS=1 $(BIN)/pytest tests/ -q -m "not trained" -n $(JOBS) --durations=10
 
 # Trained outcomes are chaotic at float rounding, so every claim the book makes from training
 # (tests marked `trained`) must hold under every variant of scripts/claims.py: initial weights
@@ -126,20 +135,25 @@ unit: venv
 # six and prints the table; `make test` runs two of them (two at a time, one thread each).
 CLAIMS_ARGS ?=
 claims: venv
-	$(PY) scripts/claims.py --jobs 2 $(CLAIMS_ARGS)
+	$(PY) scripts/claims.py --jobs $(JOBS) $(CLAIMS_ARGS)
 
 claims-ci: venv
-	$(PY) scripts/claims.py --jobs 2 --variants "jitter +1e-7" "ATen default"
+	$(PY) scripts/claims.py --jobs $(JOBS) --variants "jitter +1e-7" "ATen default"
 
-# Every chapter under nbmake; each one that runs without error is also stored in the book's
-# execution cache, where the book build finds it (scripts/nbmake_cache.py).
+# Every chapter under nbmake, JOBS at a time, each kernel on one thread; each one that runs
+# without error is also stored in the book's execution cache, where the book build finds it
+# (scripts/nbmake_cache.py). The book then shows one-thread outputs: every trained claim holds
+# on one thread too (`make claims`).
 notebooks: venv
 	$(call fresh_cache)
-	PYTHONPATH=scripts $(BIN)/pytest -p nbmake_cache --nb-cache=_build/.jupyter_cache \
-		--nbmake --nbmake-timeout=900 -q --durations=0 $(NOTEBOOKS)
+	OMP_NUM_THREADS=1 PYTHONPATH=scripts $(BIN)/pytest -p nbmake_cache \
+		--nb-cache=_build/.jupyter_cache -n $(JOBS) --dist worksteal \
+		--nbmake --nbmake-timeout=900 -q --durations=0 $(NB_ORDER)
 
+# JOBS browsers at a time, each page's checks on one of them (tests/browser/conftest.py)
 browser: venv
-	$(BIN)/pytest tests/browser -q --browser --ignore=tests/browser/test_pdf.py --durations=15
+	$(BIN)/pytest tests/browser -q --browser --ignore=tests/browser/test_pdf.py \
+		-n $(JOBS) --dist loadgroup --durations=15
 
 pdf-check: pdf
 	$(BIN)/pytest tests/browser/test_pdf.py -q --browser --durations=5

@@ -62,6 +62,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from nbmake.nb_result import NotebookResult
     from nbmake.nb_run import NotebookRun
 
+    # Create the cache now: under pytest-xdist (``make notebooks`` runs two chapters at a
+    # time) the controller configures first, so the workers only ever open an existing one
+    # and never race to create its tables.
+    get_cache(target)
     run_notebook = NotebookRun.execute
 
     def execute_and_cache(self: NotebookRun) -> NotebookResult:
