@@ -1,8 +1,8 @@
 # Two commands do everything on a fresh machine:
 #   make book   create .venv from requirements.txt, execute every chapter, build the HTML book
-#   make test   the same set-up, then every check (lint, notebooks stripped, unit tests, the
-#               trained claims under two variants, notebooks under nbmake, the book with
-#               warnings as errors, the whole-book PDF, the browser check)
+#   make test   the same set-up, then every check (lint, notebooks stripped, unit tests,
+#               notebooks under nbmake, the book with warnings as errors, the whole-book PDF
+#               beside the trained claims under two variants, the browser check)
 # and two more:
 #   make bench  run every benchmark in benchmarks/ (never part of the tests)
 #   make claims rerun every trained claim under the variants that stand for other processors
@@ -158,15 +158,16 @@ browser: venv
 pdf-check: pdf
 	$(BIN)/pytest tests/browser/test_pdf.py -q --browser --durations=5
 
+# The PDF (Paged.js, then pypdf: one core) runs beside the trained claims (scripts/stages.py).
 test: venv
 	@$(PY) scripts/stages.py \
 		"lint=$(MAKE) --no-print-directory lint" \
 		"nbstripout=$(MAKE) --no-print-directory strip-check" \
 		"unit tests=$(MAKE) --no-print-directory unit" \
-		"trained claims (jitter, ATen default)=$(MAKE) --no-print-directory claims-ci" \
 		"notebooks (nbmake)=$(MAKE) --no-print-directory notebooks" \
 		"book (-n -W)=$(MAKE) --no-print-directory book-strict" \
 		"pdf=$(MAKE) --no-print-directory pdf-check" \
+		"&trained claims (jitter, ATen default)=$(MAKE) --no-print-directory claims-ci" \
 		"browser=$(MAKE) --no-print-directory browser"
 
 # --- measurements ---------------------------------------------------------------------------

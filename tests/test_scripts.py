@@ -3,7 +3,8 @@
 scripts/nbmake_cache.py lets the book build reuse what nbmake executed; if it cached the wrong
 thing, the book would render outputs no kernel produced from the current cells. The oracle is
 myst-nb's own lookup: the notebook as myst-nb reads it must match the cache entry, and the outputs
-merged from it must be the ones a kernel prints for those cells.
+merged from it must be the ones a kernel prints for those cells. scripts/stages.py runs make
+test's stages, some side by side: the oracle is the wall clock and the exit status.
 """
 
 from __future__ import annotations
@@ -125,3 +126,36 @@ def test_executed_copy_takes_outputs_only_and_refuses_other_cells() -> None:
     executed.cells[0].source = "print(2)"
     with pytest.raises(ValueError, match="code cells differ"):
         nbmake_cache.executed_copy(source, executed)
+
+
+# ---- scripts/stages.py: make test's stage runner ---------------------------------------
+
+
+def _stages(*specs: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "stages.py"), *specs],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_stages_run_side_by_side_and_report_each() -> None:
+    """``&b`` starts with ``a`` (both sleep 1 s: together about 1 s, not 2), its output is
+    printed whole, a failing stage fails the run, and every stage still runs."""
+    run = _stages(
+        "a=sleep 1; echo from-a", "&b=sleep 1; echo from-b; false", "c=echo c"
+    )
+    assert run.returncode == 1
+    out = run.stdout
+    assert "from-a" in out and "from-b" in out and "\nc\n" in out
+    assert "stages: 2 passed, 1 failed" in out
+    wall = float(out.split("total (wall)")[1].split()[0])
+    assert wall < 1.9, f"side by side took {wall} s: they ran one after the other"
+    summary = out.split("make test summary")[1]
+    assert "beside b" in summary and "beside a" in summary
+
+
+def test_stages_refuse_a_malformed_stage() -> None:
+    assert "expected NAME=COMMAND" in _stages("no command").stderr
+    assert "no stage before it" in _stages("&first=true").stderr
