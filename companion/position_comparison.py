@@ -16,6 +16,13 @@ than :math:`L_0` (:func:`companion.model.position_accuracy`), with lag :math:`k`
 it, :math:`t \ge L_0` (:meth:`PositionComparison.beyond`): what a scheme does past the
 length it saw.
 
+Why RoPE fails past twice the training length is read in two halves. Without training,
+:func:`pair_alias_offsets` lists the distances whose angle under one RoPE pair lies
+within :data:`ALIAS_TOLERANCE` of the answer's, modulo a turn: the pair's *aliases* of
+the answer. On the trained models, :func:`most_attended_key` finds the key a query
+attends to most and splits its score and the answer's into each pair's cosine and sine
+parts (:func:`companion.rope_variants.rope_pair_scores`).
+
 Every model is built and trained by :mod:`companion.experiments`
 (:func:`~companion.experiments.build`, :func:`~companion.experiments.train_batched`), so
 the numeric variants of ``make claims`` act on it; ``tests/test_relative_claims.py``
@@ -27,25 +34,41 @@ Shape:
     - ``PositionComparison.losses[scheme]``: ``(seeds, steps)``
     - ``PositionComparison.accuracy[scheme]``: ``(seeds, eval_length)``, ``nan`` at
       ``t < lag``
+    - :func:`pair_alias_offsets`: ``(length,)``, one offset per distance
+    - ``AttendedKey.distance``, ``.weight``, ``.answer_weight``: ``(models,)``;
+      ``.at_key``, ``.at_answer``: ``(models, 2, P)`` (cosine, sine; ``P = D/2`` pairs)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from companion import _validate, experiments
-from companion.model import ModelConfig, TinyTransformer, position_accuracy
+from companion.model import (
+    CausalSelfAttention,
+    ModelConfig,
+    RotarySelfAttention,
+    TinyTransformer,
+    position_accuracy,
+)
+from companion.modern import attention_maps
 from companion.relative import COMPARISON_SCHEMES, position_family_model
+from companion.rope_variants import PRoPESelfAttention, rope_pair_scores
 
 __all__ = [
+    "ALIAS_TOLERANCE",
     "POSITION_FAMILY_SEEDS",
     "POSITION_FAMILY_STEPS",
     "POSITION_FAMILY_T5_SEEDS",
+    "AttendedKey",
     "PositionComparison",
     "compare_position_schemes",
+    "most_attended_key",
+    "pair_alias_offsets",
 ]
 
 
@@ -292,4 +315,159 @@ def compare_position_schemes(
             )
     return PositionComparison(
         schemes, seed_list, training_length, lag, losses, accuracy, models, shorter
+    )
+
+
+# ---- Why RoPE fails past twice the length: aliases under the fastest pair ------------
+
+_ROPE_LAYERS = (RotarySelfAttention, PRoPESelfAttention)
+
+ALIAS_TOLERANCE = 0.35
+"""Radians: a distance whose angle under a RoPE pair lies this close to the answer's,
+modulo a turn, is an *alias* of the answer for that pair (:func:`pair_alias_offsets`)."""
+
+
+def pair_alias_offsets(theta: float, *, lag: int, length: int) -> torch.Tensor:
+    r"""How far each distance's angle under one RoPE pair lies from the answer's, modulo a
+    turn: the training-free half of chapter :ref:`ch-relative`'s reading of RoPE's
+    failure past twice the training length.
+
+    A pair turning by :math:`\theta` per position gives a key :math:`d` places back the
+    angle :math:`d\theta`, and the answer of the lag task (``lag`` places back)
+    :math:`k\theta`. The pair cannot tell the two apart where their difference is a whole
+    number of turns; the offset returned is that difference wrapped into
+    :math:`[-\pi, \pi)`,
+
+    .. math::
+        \delta(d) = \big((d - k)\theta + \pi\big) \bmod 2\pi - \pi,
+
+    so :math:`|\delta(d)|` small means the key is an alias of the answer for this pair.
+    For the book's bench (head width 8, base :math:`10^4`) the fastest pair has
+    :math:`\theta_0 = 1`: a key 46 back differs from the answer by 44 rad, seven turns
+    and about 0.018 rad. Computed in float64.
+
+    Args:
+        theta: the pair's angle per position, in radians (finite, positive).
+        lag: the answer's distance :math:`k`, an int >= 0.
+        length: how many distances, :math:`d = 0, \dots, \text{length} - 1`.
+
+    Returns:
+        ``(length,)`` float64, entry :math:`d` the offset :math:`\delta(d)`.
+    """
+    theta = _validate.real("theta", theta, exclusive_minimum=0.0)
+    lag = _validate.nonnegative_int("lag", lag)
+    length = _validate.positive_int("length", length)
+    d = torch.arange(length, dtype=torch.float64)
+    return torch.remainder((d - lag) * theta + math.pi, 2 * math.pi) - math.pi
+
+
+@dataclass(frozen=True)
+class AttendedKey:
+    """What :func:`most_attended_key` returns: one entry per model.
+
+    Attributes:
+        query: the query position :math:`t`.
+        lag: the answer's distance :math:`k` (the answer is the key at :math:`t - k`).
+        distance: ``(models,)`` int64, the distance :math:`t - j` of the key :math:`j`
+            with the largest weight, mean over the probe's sequences and the heads.
+        weight: ``(models,)`` float64, that key's mean weight.
+        answer_weight: ``(models,)`` float64, the answer's mean weight.
+        at_key: ``(models, 2, P)`` float64, each RoPE pair's cosine (index 0) and sine
+            (index 1) part of the score of that key
+            (:func:`companion.rope_variants.rope_pair_scores`), mean over the sequences
+            and the heads.
+        at_answer: ``(models, 2, P)`` float64, the same for the answer.
+    """
+
+    query: int
+    lag: int
+    distance: torch.Tensor
+    weight: torch.Tensor
+    answer_weight: torch.Tensor
+    at_key: torch.Tensor
+    at_answer: torch.Tensor
+
+    @property
+    def gap(self) -> torch.Tensor:
+        """``at_key - at_answer``, ``(models, 2, P)``: what each part of each pair gives
+        the most attended key more than the answer."""
+        return self.at_key - self.at_answer
+
+
+def most_attended_key(
+    models: Sequence[TinyTransformer],
+    probe: torch.Tensor,
+    *,
+    query: int,
+    lag: int,
+    layer: int = -1,
+) -> AttendedKey:
+    r"""The key one query of each RoPE model attends to most, and each RoPE pair's share of
+    its score next to the answer's: the trained half of chapter :ref:`ch-relative`'s
+    reading of RoPE's failure past twice the training length.
+
+    For each model, the attention weights of ``layer``
+    (:func:`companion.modern.attention_maps`) at query ``query`` are averaged over the
+    probe's sequences and the heads; the key with the largest mean weight is the most
+    attended one. Its score and the answer's (the key ``lag`` places back) are split into
+    each pair's cosine and sine parts by :func:`companion.rope_variants.rope_pair_scores`,
+    averaged the same way, so the chapter can read which pair gives the winning key more
+    than the answer and which gives it about as much (an alias under that pair, see
+    :func:`pair_alias_offsets`).
+
+    Args:
+        models: one or more :class:`~companion.model.TinyTransformer` with RoPE layers
+            (e.g. ``PositionComparison.models["rope"]``).
+        probe: token ids, ``(B, L)``, with ``L > query``.
+        query: the query position :math:`t`, at least ``lag``.
+        lag: the answer's distance :math:`k`, an int >= 1.
+        layer: which attention layer, as a Python index (``-1``: the last).
+
+    Returns:
+        An :class:`AttendedKey`.
+    """
+    models = _validate.sequence("models", models, what="RoPE models")
+    if not models:
+        raise ValueError("models must hold at least one model, got 0")
+    depth = set()
+    for i, net in enumerate(models):
+        _validate.module(f"models[{i}]", net, TinyTransformer)
+        layers = [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
+        kinds = sorted({type(m).__name__ for m in layers})
+        if not layers or any(type(m) not in _ROPE_LAYERS for m in layers):
+            raise ValueError(
+                f"models[{i}] must use RoPE or p-RoPE attention in every layer, got "
+                f"{kinds}"
+            )
+        depth.add(len(layers))
+    probe = _validate.tensor(
+        "probe", probe, dtype="integer", ndim=2, nonempty=True, meaning="(B, L)"
+    )
+    lag = _validate.positive_int("lag", lag)
+    query = _validate.integer("query", query, minimum=lag, maximum=probe.shape[-1] - 1)
+    layer = _validate.integer(
+        "layer", layer, minimum=-min(depth), maximum=min(depth) - 1
+    )
+    distance, weight, answer_weight, at_key, at_answer = [], [], [], [], []
+    answer = query - lag
+    for net in models:
+        parts = rope_pair_scores(net, probe, layer=layer)  # (2, P, B, H, L, S)
+        with torch.no_grad():
+            maps = attention_maps(net, probe)[layer]  # (B, H, L, S)
+        row = maps[..., query, : query + 1].double().mean(dim=(0, 1))  # (t + 1,)
+        key = int(row.argmax())
+        split = parts[..., query, :].mean(dim=(2, 3))  # (2, P, S)
+        distance.append(query - key)
+        weight.append(row[key])
+        answer_weight.append(row[answer])
+        at_key.append(split[..., key])
+        at_answer.append(split[..., answer])
+    return AttendedKey(
+        query,
+        lag,
+        torch.tensor(distance, dtype=torch.int64),
+        torch.stack(weight),
+        torch.stack(answer_weight),
+        torch.stack(at_key),
+        torch.stack(at_answer),
     )

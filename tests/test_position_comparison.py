@@ -4,6 +4,8 @@ family (compare_position_schemes, PositionComparison), against the recipe it doc
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -42,6 +44,20 @@ _COMPARISON = PC.PositionComparison(
 
 def _compare(**changes: object) -> object:
     return PC.compare_position_schemes(("none",), **{**_SMALL_COMPARISON, **changes})
+
+
+def _rope_nets(n: int = 2, position: str = "rope") -> list[M.TinyTransformer]:
+    config = ModelConfig(
+        vocab_size=8, dim=16, num_heads=2, num_layers=2, position=position
+    )
+    nets = []
+    for seed in range(n):
+        torch.manual_seed(seed)
+        nets.append(M.TinyTransformer(config).eval())
+    return nets
+
+
+_PROBE = torch.randint(0, 8, (3, 12), generator=torch.Generator().manual_seed(0))
 
 
 BAD_INPUTS = [
@@ -154,6 +170,99 @@ BAD_INPUTS = [
         r"^progress must be",
     ),
     (
+        "pair_alias_offsets",
+        lambda: PC.pair_alias_offsets(0.0, lag=2, length=8),
+        ValueError,
+        r"^theta must be",
+    ),
+    (
+        "pair_alias_offsets",
+        lambda: PC.pair_alias_offsets(float("nan"), lag=2, length=8),
+        ValueError,
+        r"^theta must be",
+    ),
+    (
+        "pair_alias_offsets",
+        lambda: PC.pair_alias_offsets(1.0, lag=-1, length=8),
+        ValueError,
+        r"^lag must be an int >= 0, got -1",
+    ),
+    (
+        "pair_alias_offsets",
+        lambda: PC.pair_alias_offsets(1.0, lag=2, length=0),
+        ValueError,
+        r"^length must be a positive int, got 0",
+    ),
+    (
+        "pair_alias_offsets",
+        lambda: PC.pair_alias_offsets(1.0, lag=2.0, length=8),
+        TypeError,
+        r"^lag must be an int, got 2.0",
+    ),
+    (
+        "most_attended_key",
+        lambda: PC.most_attended_key(_rope_nets(1)[0], _PROBE, query=5, lag=2),
+        TypeError,
+        r"^models must be a tuple or list of RoPE models, got a TinyTransformer",
+    ),
+    (
+        "most_attended_key",
+        lambda: PC.most_attended_key([], _PROBE, query=5, lag=2),
+        ValueError,
+        r"^models must hold at least one model, got 0",
+    ),
+    (
+        "most_attended_key",
+        lambda: PC.most_attended_key([nn.Linear(2, 2)], _PROBE, query=5, lag=2),
+        TypeError,
+        r"^models\[0\] must be a TinyTransformer",
+    ),
+    (
+        "most_attended_key",
+        lambda: PC.most_attended_key(
+            _rope_nets(1) + _rope_nets(1, "none"), _PROBE, query=5, lag=2
+        ),
+        ValueError,
+        r"^models\[1\] must use RoPE or p-RoPE attention in every layer, got "
+        r"\['CausalSelfAttention'\]",
+    ),
+    (
+        "most_attended_key",
+        lambda: PC.most_attended_key(_rope_nets(1), _PROBE.float(), query=5, lag=2),
+        TypeError,
+        r"^probe must be an integer tensor",
+    ),
+    (
+        "most_attended_key",
+        lambda: PC.most_attended_key(_rope_nets(1), _PROBE[0], query=5, lag=2),
+        ValueError,
+        r"^probe must have 2 dimensions \(B, L\)",
+    ),
+    (
+        "most_attended_key",
+        lambda: PC.most_attended_key(_rope_nets(1), _PROBE, query=12, lag=2),
+        ValueError,
+        r"^query must be an int <= 11, got 12",
+    ),
+    (
+        "most_attended_key",
+        lambda: PC.most_attended_key(_rope_nets(1), _PROBE, query=1, lag=2),
+        ValueError,
+        r"^query must be an int >= 2, got 1",
+    ),
+    (
+        "most_attended_key",
+        lambda: PC.most_attended_key(_rope_nets(1), _PROBE, query=5, lag=0),
+        ValueError,
+        r"^lag must be a positive int, got 0",
+    ),
+    (
+        "most_attended_key",
+        lambda: PC.most_attended_key(_rope_nets(1), _PROBE, query=5, lag=2, layer=2),
+        ValueError,
+        r"^layer must be an int <= 1, got 2",
+    ),
+    (
         "PositionComparison",
         lambda: _COMPARISON.band("t5", 0, 4),
         ValueError,
@@ -166,6 +275,11 @@ BAD_INPUTS = [
         r"^window must be a positive int",
     ),
 ]
+
+
+NO_BAD_INPUTS = {
+    "AttendedKey": "a result record that most_attended_key fills; it takes no input",
+}
 
 
 @pytest.mark.parametrize(
@@ -295,3 +409,95 @@ def test_chapter_settings_are_the_ones_their_prose_states() -> None:
     T5 again over six, 400 steps for T5."""
     assert (PC.POSITION_FAMILY_SEEDS, PC.POSITION_FAMILY_T5_SEEDS) == (3, 6)
     assert PC.POSITION_FAMILY_STEPS["t5"] == 400
+
+
+# ---- The aliases of the answer and the most attended key ----------------------------
+
+
+def test_pair_alias_offsets_against_a_loop() -> None:
+    """Oracle: a Python loop over the formula, math.remainder's nearest whole turn (a
+    different reduction from the function's floor modulo); the bench's numbers the
+    chapter prints (theta_0 = 1, lag 2: aliases within 0.35 rad up to 63)."""
+    for theta, lag, length in ((1.0, 2, 64), (0.1, 2, 64), (0.37, 0, 30), (2.5, 5, 9)):
+        got = PC.pair_alias_offsets(theta, lag=lag, length=length)
+        assert got.dtype == torch.float64 and got.shape == (length,)
+        for d in range(length):
+            expected = math.remainder((d - lag) * theta, 2 * math.pi)
+            assert abs(got[d].item() - expected) < 1e-12 or (  # at +-pi, either sign
+                abs(abs(expected) - math.pi) < 1e-12
+            )
+        assert (got >= -math.pi).all() and (got < math.pi).all()
+    offsets = PC.pair_alias_offsets(1.0, lag=2, length=64)
+    aliases = torch.nonzero(offsets.abs() < PC.ALIAS_TOLERANCE).flatten().tolist()
+    assert aliases == [2, 8, 21, 27, 40, 46, 52]
+    assert offsets[46].item() == pytest.approx(44 - 7 * 2 * math.pi, abs=1e-12)
+    assert abs(offsets[46].item()) < 0.02
+
+
+def test_most_attended_key_against_the_attention_and_the_scores() -> None:
+    """Oracle: the layer's weights and scores from companion.modern.attention_maps (its
+    own recomputation of the layer): the key with the largest mean weight, its weight,
+    the answer's, and the pair parts summing, over both parts and all pairs, to the mean
+    score at each of the two keys."""
+    from companion.modern import attention_maps
+
+    nets = _rope_nets(2)
+    for layer in (-1, 0):
+        top = PC.most_attended_key(nets, _PROBE, query=9, lag=3, layer=layer)
+        assert (top.query, top.lag) == (9, 3)
+        assert top.distance.dtype == torch.int64 and top.distance.shape == (2,)
+        assert top.at_key.shape == top.at_answer.shape == (2, 2, 4)  # head width 8
+        for i, net in enumerate(nets):
+            with torch.no_grad():
+                weights = attention_maps(net, _PROBE)[layer][..., 9, :10]
+                scores = attention_maps(net, _PROBE, scores=True)[layer][..., 9, :10]
+            row = weights.double().mean(dim=(0, 1))
+            key = int(row.argmax())
+            assert int(top.distance[i]) == 9 - key
+            assert top.weight[i].item() == pytest.approx(row[key].item(), rel=1e-12)
+            assert top.answer_weight[i].item() == pytest.approx(
+                row[6].item(), rel=1e-12
+            )
+            mean_score = scores.double().mean(dim=(0, 1))
+            for parts, j in ((top.at_key[i], key), (top.at_answer[i], 6)):
+                assert parts.sum().item() == pytest.approx(
+                    mean_score[j].item(), abs=1e-4
+                )
+        torch.testing.assert_close(top.gap, top.at_key - top.at_answer)
+
+
+def test_most_attended_key_finds_a_planted_key() -> None:
+    """A last layer made to look at one distance: on a probe of one repeated token every
+    position feeds the layer the same vector x, and its projections are set so that only
+    pair 0 scores, with z_q = 40 e^{-3i} and z_k = 1 in both heads: the score
+    Re(z_q conj(z_k) e^{i d theta_0}) peaks at distance 3. The function names that
+    distance, and the whole difference from the answer's score is in pair 0."""
+    net = _rope_nets(1)[0]
+    attn = [m for m in net.modules() if isinstance(m, M.CausalSelfAttention)][-1]
+    probe = torch.zeros(2, 12, dtype=torch.long)
+    seen: list[torch.Tensor] = []
+    hook = attn.register_forward_pre_hook(lambda _, a: seen.append(a[0]))
+    with torch.no_grad():
+        net(probe)
+    hook.remove()
+    x = seen[0][0, 0]  # (16,): the same at every position
+    assert torch.allclose(seen[0], x.expand_as(seen[0]), atol=1e-5)
+    unit = x / x.dot(x)  # u . x = 1
+    half = 4  # head width 8: pairs as (real, imaginary) = (j, j + 4)
+    with torch.no_grad():
+        attn.q_proj.weight.zero_()
+        attn.k_proj.weight.zero_()
+        for base in (0, 8):  # both heads, pair 0
+            attn.q_proj.weight[base] = 40 * math.cos(-3.0) * unit
+            attn.q_proj.weight[base + half] = 40 * math.sin(-3.0) * unit
+            attn.k_proj.weight[base] = unit
+        for proj in (attn.q_proj, attn.k_proj):
+            if proj.bias is not None:
+                proj.bias.zero_()
+    top = PC.most_attended_key([net], probe, query=11, lag=2)
+    assert int(top.distance[0]) == 3
+    gap = top.gap[0]  # (2, P)
+    assert gap[:, 1:].abs().max() < 1e-6 and gap[:, 0].sum() > 0
+    # Re(40 e^{i(d - 3)}) / sqrt(8) at d = 3 and at the answer, d = 2
+    expected = 40 * (1 - math.cos(-1.0)) / math.sqrt(8)
+    assert gap[:, 0].sum().item() == pytest.approx(expected, rel=1e-4)

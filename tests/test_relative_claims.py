@@ -19,6 +19,11 @@ import math
 import pytest
 import torch
 
+from companion.position_comparison import (
+    ALIAS_TOLERANCE,
+    most_attended_key,
+    pair_alias_offsets,
+)
 from companion.relative import t5_relative_position_bucket
 from companion.rope import rope_frequencies
 from companion.rope_variants import (
@@ -135,22 +140,46 @@ def test_from_hf_copies_longrope_but_not_every_rope_type() -> None:
     assert sorted(set(ROPE_INIT_FUNCTIONS) - set(ROPE_TYPES)) == ["proportional"]
 
 
-def test_rope_pair_1_sine_part_flips_sign_at_half_a_turn() -> None:
-    """The chapters' statement of why RoPE fails past 2 L0, checked without training.
-    The bench's second pair (D = 8, b = 1e4) has theta_1 = b^(-2/D) = 0.1. Its term in
-    the score of a key d back is a cos(d theta_1) - b sin(d theta_1); the sine part,
-    for a learned b > 0 (one that favours near keys over far ones on the trained
-    distances), is negative on keys 1 to 31 back (the new distances 17 to 31 included)
-    and positive on keys 32 to 62 back: it flips at d = pi / theta_1, in (31, 32)."""
-    theta_1 = rope_frequencies(8, base=1e4)[1].item()
-    assert theta_1 == pytest.approx(1e4 ** (-2 / 8), rel=1e-12)
-    assert 2 * 16 - 1 < math.pi / theta_1 < 2 * 16  # just before 2 L0
-    sine_part = {d: -math.sin(d * theta_1) for d in range(1, 64)}  # b = 1
-    assert all(sine_part[d] < 0 for d in range(1, 32))
-    assert all(sine_part[d] > 0 for d in range(32, 63))
-    assert sine_part[63] < 0  # past the full turn, 2 pi / theta_1 = 62.8, it flips back
-    # over the trained distances the sine part falls: nearer keys score higher
-    assert all(sine_part[d] > sine_part[d + 1] for d in range(1, 15))
+def _bench_aliases() -> tuple[list[int], float]:
+    """Pair 0's aliases of distance 2 in the bench (D = 8, b = 1e4), distances 0..63,
+    by math.remainder (nearest whole turn), and pi / theta_1."""
+    theta = rope_frequencies(8, base=1e4).double()
+    aliases = [
+        d
+        for d in range(64)
+        if abs(math.remainder((d - 2) * theta[0].item(), 2 * math.pi)) < ALIAS_TOLERANCE
+    ]
+    return aliases, math.pi / theta[1].item()
+
+
+def test_rope_pair_0_aliases_and_pair_1_sine_sign() -> None:
+    """The chapters' reading of why RoPE fails past 2 L0, its training-free half. The
+    bench's pair 0 turns theta_0 = b^0 = 1 rad per position, so it cannot tell the
+    answer (2 back) from a key whose angle differs by nearly whole turns: within 0.35 rad
+    those are 8, 21, 27, 40, 46, 52 (46 - 2 = 44 rad, seven turns and 0.018 rad, the
+    nearest up to 50). Pair 1 (theta_1 = 0.1) adds a cos(d theta_1) - b sin(d theta_1);
+    for b > 0 its sine part is below the answer's on every alias nearer than
+    pi / theta_1 (in (31, 32)) and above it on every alias beyond (40, 46, 52), and the
+    first query that sees one of those is at t = 40."""
+    theta = rope_frequencies(8, base=1e4)
+    assert theta[0].item() == 1.0
+    assert theta[1].item() == pytest.approx(1e4 ** (-2 / 8), rel=1e-6)
+    aliases, half_turn = _bench_aliases()
+    assert aliases == [2, 8, 21, 27, 40, 46, 52]
+    assert 44 - 7 * 2 * math.pi == pytest.approx(0.0177, abs=1e-4)
+    nearest = min(range(3, 51), key=lambda d: abs(math.remainder(d - 2, 2 * math.pi)))
+    assert nearest == 46
+    assert 2 * 16 - 1 < half_turn < 2 * 16  # just before 2 L0
+    sine = {d: -math.sin(d * theta[1].item()) for d in range(64)}  # b = 1
+    assert all(sine[d] < 0 for d in range(1, 32))
+    assert all(sine[d] > 0 for d in range(32, 63))
+    near = [d for d in aliases if 2 < d < half_turn]
+    far = [d for d in aliases if d > half_turn]
+    assert near == [8, 21, 27] and far == [40, 46, 52]
+    assert all(sine[d] < sine[2] for d in near) and all(sine[d] > sine[2] for d in far)
+    # the package's offsets agree with the remainder above
+    offsets = pair_alias_offsets(1.0, lag=2, length=64)
+    assert torch.nonzero(offsets.abs() < ALIAS_TOLERANCE).flatten().tolist() == aliases
 
 
 # ---- The trained comparison (mirrors the chapter's asserts) -------------------------
@@ -291,17 +320,27 @@ def test_rope_fails_by_attending_to_far_keys(comparison) -> None:
 
 
 @pytest.mark.trained(chapter=4)
-def test_rope_far_keys_are_lifted_by_the_sine_part(comparison) -> None:
-    """Review s6-ch03-04, finding 3: in the last layer at t = 50, pair 1's sine part
-    gives the far keys (32 or more back) more than the answer, its cosine part less, and
-    pair 1 as a whole more (every seed)."""
-    from companion.rope_variants import rope_pair_scores
-
-    probe, distance = _rope_probe(comparison)
-    far = distance[50] >= 32
-    for net in comparison.models["rope"]:
-        pair_1 = rope_pair_scores(net, probe)[:, 1, :, :, 50, :]  # (2, B, H, S)
-        cos_far, sin_far = (part[..., far].mean() for part in pair_1)
-        cos_answer, sin_answer = (part[..., 48].mean() for part in pair_1)
-        assert sin_far > sin_answer and cos_far < cos_answer
-        assert cos_far + sin_far > cos_answer + sin_answer
+def test_rope_attends_to_an_alias_of_the_answer_and_pair_1_decides(comparison) -> None:
+    """Review of issue 32, finding 1: in the last layer at t = 50 the most attended key
+    (mean over sequences and heads) takes more than half the row and is one of pair 0's
+    aliases of the answer past pi / theta_1 (40, 46 or 52); pair 0 gives it within a
+    fifth of what it gives the answer; at that key pair 1's sine
+    part gives more than at the answer, its cosine part less, and pair 1's excess
+    exceeds what pairs 0, 2 and 3 together give either key over the other (every seed).
+    The RoPE seeds' mean accuracy falls most steeply onto t = 40, the first query that
+    sees such an alias."""
+    probe, _ = _rope_probe(comparison)
+    aliases, half_turn = _bench_aliases()
+    far = [d for d in aliases if d > half_turn]
+    top = most_attended_key(comparison.models["rope"], probe, query=50, lag=2)
+    gap = top.gap.sum(dim=1)  # (seeds, P)
+    answer_0 = top.at_answer[:, :, 0].sum(dim=1)  # pair 0's part of the answer's score
+    for i in range(len(comparison.seeds)):
+        assert int(top.distance[i]) in far
+        assert top.weight[i] > 0.5
+        assert abs(gap[i, 0]) < 0.2 * answer_0[i]  # pair 0: about the answer's score
+        assert top.gap[i, 1, 1] > 0 > top.gap[i, 0, 1]
+        assert gap[i, 1] > gap[i, 0].abs() + gap[i, 2:].abs().sum()
+    mean = comparison.accuracy["rope"].mean(dim=0)
+    fall = mean[16:-1] - mean[17:]
+    assert int(fall.argmax()) + 17 == min(far) == 40
