@@ -179,6 +179,26 @@ def test_adamw_normalises_a_constant_scale_not_a_shrinking_gradient() -> None:
         assert torch_steps(grads) == pytest.approx(want, rel=1e-3, abs=2e-6)
     assert abs(torch_steps(constant)[99] - 0.3) < 0.003
     assert torch_steps(constant)[99] / torch_steps(shrinking)[99] > 100
+
+    # which mean makes it smaller (issue 32's second review): at step 100 after the
+    # drop, m_hat is a few times the gradient (momentum enlarges the step) and sqrt(v_hat)
+    # hundreds of times (the normaliser's memory shrinks it); the formula without
+    # momentum (beta_1 = 0) gives a smaller step still, without the memory of squares
+    # (beta_2 = 0) a step larger than lr; just after the drop the step stays near lr
+    def moments(gradients: list[float], b1: float, b2: float) -> tuple[float, ...]:
+        m = v = 0.0
+        for g in gradients:
+            m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        t = len(gradients)
+        m_hat, root_v_hat = m / (1 - b1**t), math.sqrt(v / (1 - b2**t))
+        return m_hat, root_v_hat, 0.3 * m_hat / (root_v_hat + 1e-8)
+
+    m_hat, root_v_hat, step = moments(shrinking, 0.9, 0.999)
+    assert step == pytest.approx(torch_steps(shrinking)[99], rel=1e-3)
+    assert 1 < m_hat / 1e-3 < 10 and root_v_hat / 1e-3 > 200
+    assert moments(shrinking, 0.0, 0.999)[2] < step
+    assert moments(shrinking, 0.9, 0.0)[2] > 0.3
+    assert torch_steps(shrinking)[50] > 0.8 * 0.3
     # the runs' optimizer uses the same settings the chapter states
     assert (experiments._BETAS, experiments._EPS) == ((0.9, 0.999), 1e-8)
 
@@ -218,6 +238,8 @@ def test_qk_norm_trains_at_lr_0_3_in_every_seed_under_its_bound(stability) -> No
     assert (qk.lowest < 0.01).all()
     assert (qk.layer_logit <= qk.bound).all()  # the bound of the trained gains
     assert (qk.gain.amax(dim=1) > 1).all()  # each seed's gains grew from 1
+    # and the bound rose above its initial sqrt(8) (gains 1, D = 8), every seed and layer
+    assert (qk.bound > math.sqrt(8)).all()
     assert (qk.bound < 1000).all()
     # the plain model's logits at the same rate: over a hundred times any bound
     assert m["plain, lr 0.3"].largest_logit.min() > 100 * qk.bound.max()
@@ -235,13 +257,16 @@ def test_softcap_does_not_rescue_lr_0_3_in_any_seed(stability) -> None:
 
 @pytest.mark.trained(chapter=9)
 def test_no_attention_sink_in_the_models_that_learned(stability) -> None:
+    """No head of any seed of the two configurations that trained puts half its weight
+    on the first token (a per-head bound, issue 32's second review: the average over the
+    heads came closer to its bound, an even share, in one variant than the largest head
+    came to one half), and in every seed some head copies the token two back."""
     runs, _ = stability
     uniform = stab.uniform_first_token_share()
     assert round(uniform, 3) == 0.108
     for label in ("plain, lr 0.03", "QK-norm, lr 0.3"):
         mass = stab.first_token_mass(runs[label].models)  # (seeds, layers, H)
-        assert (mass.mean(dim=(1, 2)) < uniform).all()  # every seed, over its heads
-        # single heads are not bounded here: they move with the variant
+        assert mass.max() < 0.5  # every head of every seed
         lag = stab.lag_weight(runs[label].models)  # (seeds, layers, H)
         assert (lag.amax(dim=(1, 2)) > 0.5).all()  # every seed: some head copies
 
