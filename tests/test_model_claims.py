@@ -143,6 +143,44 @@ def test_rope_is_perfect_to_twice_the_length_and_fails_after(schemes: dict) -> N
     assert 2 * L0 - 1 < math.pi / theta_1.item() < 2 * L0  # the sine part's sign flip
 
 
+def test_rope_attends_to_an_alias_of_the_answer_past_twice_the_length(
+    schemes: dict,
+) -> None:
+    """The chapter's reading of RoPE's failure (issue 32's second review, finding 1): at
+    t = 50 the last layer's most attended key (mean over 64 probe sequences and the
+    heads) takes more than half of the row and is an alias of the answer under the
+    fastest pair (angle within ALIAS_TOLERANCE of the answer's, modulo a turn) beyond
+    pi / theta_1, where the second pair's sine part has changed sign; what pair 1 gives it
+    over the answer exceeds what pairs 0, 2 and 3 give either key over the other (every
+    seed)."""
+    from companion.model import lag_task
+    from companion.position_comparison import (
+        ALIAS_TOLERANCE,
+        most_attended_key,
+        pair_alias_offsets,
+    )
+
+    nets = schemes["results"]["rope", FULL].models
+    config = nets[0].config
+    theta = rope_frequencies(config.dim // config.num_heads, base=config.rope_base)
+    offsets = pair_alias_offsets(theta[0].item(), lag=LAG, length=EVAL)
+    half_turn = math.pi / theta[1].item()
+    far = [
+        d
+        for d in torch.nonzero(offsets.abs() < ALIAS_TOLERANCE).flatten().tolist()
+        if d > half_turn
+    ]
+    assert far == [40, 46, 52]
+    probe = lag_task(
+        64, EVAL, lag=LAG, vocab_size=16, generator=torch.Generator().manual_seed(1)
+    )[0]
+    top = most_attended_key(nets, probe, query=50, lag=LAG)
+    gap = top.gap.sum(dim=1)
+    for i in range(len(nets)):
+        assert int(top.distance[i]) in far and top.weight[i] > 0.5
+        assert gap[i, 1] > gap[i, 0].abs() + gap[i, 2:].abs().sum()
+
+
 def test_alibi_degrades_least_past_twice_and_learns_slowest(schemes: dict) -> None:
     lo, hi, mean, half = (schemes[k] for k in ("lo", "hi", "mean", "half"))
     assert lo["alibi"][TO_4X] > 0.8
@@ -178,9 +216,12 @@ def test_adams_first_step_is_the_same_in_both_placements_at_depth_4() -> None:
     torch.testing.assert_close(post[:, 1], expected, rtol=1e-3, atol=0)
     torch.testing.assert_close(pre[:, 1], expected, rtol=1e-3, atol=0)
     ratio = post / pre
-    assert (ratio[:, 0] < 1.2).all()
+    # bounds with room (issue 32's second review): over 600 other seeds (200-799) the
+    # gradient ratio reached 1.26 and the logit ratio 1.13; the earlier < 1.2 and < 1.1
+    # held for seeds 0-5 and 100-105 but not for every seed
+    assert (ratio[:, 0] < 1.5).all()
     assert (post[:, 2] > 1).all() and (pre[:, 2] > 1).all()
-    assert (ratio[:, 2] < 1.1).all()
+    assert (ratio[:, 2] < 1.25).all()
 
 
 @pytest.fixture(scope="module")
