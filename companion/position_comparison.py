@@ -17,9 +17,10 @@ it, :math:`t \ge L_0` (:meth:`PositionComparison.beyond`): what a scheme does pa
 length it saw.
 
 Why RoPE fails past twice the training length is read in two halves. Without training,
-:func:`pair_alias_offsets` lists the distances whose angle under one RoPE pair lies
-within :data:`ALIAS_TOLERANCE` of the answer's, modulo a turn: the pair's *aliases* of
-the answer. On the trained models, :func:`most_attended_key` finds the key a query
+:func:`pair_alias_offsets` gives, for every distance, how far its angle under one RoPE
+pair lies from the answer's, modulo a turn: a key with a small offset is an *alias* of the
+answer for that pair, and the chapter reads the keys it sees in order of that offset (no
+fixed threshold). On the trained models, :func:`most_attended_key` finds the key a query
 attends to most and splits its score and the answer's into each pair's cosine and sine
 parts (:func:`companion.rope_variants.rope_pair_scores`).
 
@@ -60,7 +61,6 @@ from companion.relative import COMPARISON_SCHEMES, position_family_model
 from companion.rope_variants import PRoPESelfAttention, rope_pair_scores
 
 __all__ = [
-    "ALIAS_TOLERANCE",
     "POSITION_FAMILY_SEEDS",
     "POSITION_FAMILY_STEPS",
     "POSITION_FAMILY_T5_SEEDS",
@@ -321,10 +321,6 @@ def compare_position_schemes(
 # ---- Why RoPE fails past twice the length: aliases under the fastest pair ------------
 
 _ROPE_LAYERS = (RotarySelfAttention, PRoPESelfAttention)
-
-ALIAS_TOLERANCE = 0.35
-"""Radians: a distance whose angle under a RoPE pair lies this close to the answer's,
-modulo a turn, is an *alias* of the answer for that pair (:func:`pair_alias_offsets`)."""
 
 
 def pair_alias_offsets(theta: float, *, lag: int, length: int) -> torch.Tensor:

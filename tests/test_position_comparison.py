@@ -417,7 +417,8 @@ def test_chapter_settings_are_the_ones_their_prose_states() -> None:
 def test_pair_alias_offsets_against_a_loop() -> None:
     """Oracle: a Python loop over the formula, math.remainder's nearest whole turn (a
     different reduction from the function's floor modulo); the bench's numbers the
-    chapter prints (theta_0 = 1, lag 2: aliases within 0.35 rad up to 63)."""
+    chapter prints (theta_0 = 1, lag 2: the six keys 3 to 63 back nearest the answer's
+    angle)."""
     for theta, lag, length in ((1.0, 2, 64), (0.1, 2, 64), (0.37, 0, 30), (2.5, 5, 9)):
         got = PC.pair_alias_offsets(theta, lag=lag, length=length)
         assert got.dtype == torch.float64 and got.shape == (length,)
@@ -428,8 +429,8 @@ def test_pair_alias_offsets_against_a_loop() -> None:
             )
         assert (got >= -math.pi).all() and (got < math.pi).all()
     offsets = PC.pair_alias_offsets(1.0, lag=2, length=64)
-    aliases = torch.nonzero(offsets.abs() < PC.ALIAS_TOLERANCE).flatten().tolist()
-    assert aliases == [2, 8, 21, 27, 40, 46, 52]
+    closest = sorted(range(3, 64), key=lambda d: abs(offsets[d].item()))[:6]
+    assert closest == [46, 27, 21, 52, 8, 40]  # the keys nearest the answer's angle
     assert offsets[46].item() == pytest.approx(44 - 7 * 2 * math.pi, abs=1e-12)
     assert abs(offsets[46].item()) < 0.02
 

@@ -19,11 +19,7 @@ import math
 import pytest
 import torch
 
-from companion.position_comparison import (
-    ALIAS_TOLERANCE,
-    most_attended_key,
-    pair_alias_offsets,
-)
+from companion.position_comparison import most_attended_key, pair_alias_offsets
 from companion.relative import t5_relative_position_bucket
 from companion.rope import rope_frequencies
 from companion.rope_variants import (
@@ -140,46 +136,53 @@ def test_from_hf_copies_longrope_but_not_every_rope_type() -> None:
     assert sorted(set(ROPE_INIT_FUNCTIONS) - set(ROPE_TYPES)) == ["proportional"]
 
 
-def _bench_aliases() -> tuple[list[int], float]:
-    """Pair 0's aliases of distance 2 in the bench (D = 8, b = 1e4), distances 0..63,
-    by math.remainder (nearest whole turn), and pi / theta_1."""
-    theta = rope_frequencies(8, base=1e4).double()
-    aliases = [
-        d
-        for d in range(64)
-        if abs(math.remainder((d - 2) * theta[0].item(), 2 * math.pi)) < ALIAS_TOLERANCE
-    ]
-    return aliases, math.pi / theta[1].item()
+def _bench_offset(d: int) -> float:
+    """Pair 0's offset of a key d back from the answer (2 back) in the bench (D = 8,
+    b = 1e4, theta_0 = 1), by math.remainder (nearest whole turn)."""
+    theta_0 = rope_frequencies(8, base=1e4).double()[0].item()
+    return math.remainder((d - 2) * theta_0, 2 * math.pi)
+
+
+def _closest_past_half_turn(t: int) -> int:
+    """Of the keys past pi / theta_1 that a query at t sees (d <= t), the one whose
+    pair-0 angle is closest to the answer's."""
+    half_turn = math.pi / rope_frequencies(8, base=1e4).double()[1].item()
+    return min(
+        (d for d in range(t + 1) if d > half_turn), key=lambda d: abs(_bench_offset(d))
+    )
 
 
 def test_rope_pair_0_aliases_and_pair_1_sine_sign() -> None:
     """The chapters' reading of why RoPE fails past 2 L0, its training-free half. The
     bench's pair 0 turns theta_0 = b^0 = 1 rad per position, so it cannot tell the
-    answer (2 back) from a key whose angle differs by nearly whole turns: within 0.35 rad
-    those are 8, 21, 27, 40, 46, 52 (46 - 2 = 44 rad, seven turns and 0.018 rad, the
-    nearest up to 50). Pair 1 (theta_1 = 0.1) adds a cos(d theta_1) - b sin(d theta_1);
-    for b > 0 its sine part is below the answer's on every alias nearer than
-    pi / theta_1 (in (31, 32)) and above it on every alias beyond (40, 46, 52), and the
-    first query that sees one of those is at t = 40."""
+    answer (2 back) from a key whose angle differs by nearly whole turns (46 - 2 = 44
+    rad, seven turns and 0.018 rad). Pair 1 (theta_1 = 0.1) adds
+    a cos(d theta_1) - b sin(d theta_1); for b > 0 its sine part is below the answer's
+    at every key 3 to 29 back (among them 8, 21, 27, closer to the answer in pair 0 than
+    the key 40 back) and above it at every key past pi / theta_1 (in (31, 32)). Of the
+    keys past pi / theta_1 a query sees, the closest to the answer in pair 0 is 33 back
+    from t = 33, 40 back from t = 40 and 46 back from t = 46 (no threshold)."""
     theta = rope_frequencies(8, base=1e4)
     assert theta[0].item() == 1.0
     assert theta[1].item() == pytest.approx(1e4 ** (-2 / 8), rel=1e-6)
-    aliases, half_turn = _bench_aliases()
-    assert aliases == [2, 8, 21, 27, 40, 46, 52]
+    half_turn = math.pi / theta[1].double().item()
     assert 44 - 7 * 2 * math.pi == pytest.approx(0.0177, abs=1e-4)
-    nearest = min(range(3, 51), key=lambda d: abs(math.remainder(d - 2, 2 * math.pi)))
-    assert nearest == 46
     assert 2 * 16 - 1 < half_turn < 2 * 16  # just before 2 L0
+    closest = {t: _closest_past_half_turn(t) for t in range(32, 64)}
+    steps = {t: d for t, d in closest.items() if t == 32 or d != closest[t - 1]}
+    assert steps == {32: 32, 33: 33, 40: 40, 46: 46}
+    assert abs(_bench_offset(40)) == pytest.approx(38 - 6 * 2 * math.pi, abs=1e-12)
+    nearer = [d for d in range(3, 32) if abs(_bench_offset(d)) < abs(_bench_offset(40))]
+    assert nearer == [8, 21, 27]
     sine = {d: -math.sin(d * theta[1].item()) for d in range(64)}  # b = 1
     assert all(sine[d] < 0 for d in range(1, 32))
     assert all(sine[d] > 0 for d in range(32, 63))
-    near = [d for d in aliases if 2 < d < half_turn]
-    far = [d for d in aliases if d > half_turn]
-    assert near == [8, 21, 27] and far == [40, 46, 52]
-    assert all(sine[d] < sine[2] for d in near) and all(sine[d] > sine[2] for d in far)
+    assert all(sine[d] < sine[2] for d in range(3, 30))
+    assert all(sine[d] > sine[2] for d in range(32, 64))
     # the package's offsets agree with the remainder above
     offsets = pair_alias_offsets(1.0, lag=2, length=64)
-    assert torch.nonzero(offsets.abs() < ALIAS_TOLERANCE).flatten().tolist() == aliases
+    for d in range(64):
+        assert offsets[d].item() == pytest.approx(_bench_offset(d), abs=1e-12)
 
 
 # ---- The trained comparison (mirrors the chapter's asserts) -------------------------
@@ -321,26 +324,27 @@ def test_rope_fails_by_attending_to_far_keys(comparison) -> None:
 
 @pytest.mark.trained(chapter=4)
 def test_rope_attends_to_an_alias_of_the_answer_and_pair_1_decides(comparison) -> None:
-    """Review of issue 32, finding 1: in the last layer at t = 50 the most attended key
-    (mean over sequences and heads) takes more than half the row and is one of pair 0's
-    aliases of the answer past pi / theta_1 (40, 46 or 52); pair 0 gives it within a
-    fifth of what it gives the answer; at that key pair 1's sine
+    """Review of issue 32, finding 1, and R2 #1: in the last layer at t = 50 the most
+    attended key (mean over sequences and heads) takes more than half the row and is the
+    key past pi / theta_1 closest to the answer in pair 0 that the query sees (46 back);
+    pair 0 gives it within a fifth of what it gives the answer; at that key pair 1's sine
     part gives more than at the answer, its cosine part less, and pair 1's excess
     exceeds what pairs 0, 2 and 3 together give either key over the other (every seed).
-    The RoPE seeds' mean accuracy falls most steeply onto t = 40, the first query that
-    sees such an alias."""
+    The RoPE seeds' mean accuracy falls most steeply onto t = 40, where the closest such
+    key so far (40 back) comes into view, and at t = 40 it is the most attended key
+    (every seed)."""
     probe, _ = _rope_probe(comparison)
-    aliases, half_turn = _bench_aliases()
-    far = [d for d in aliases if d > half_turn]
     top = most_attended_key(comparison.models["rope"], probe, query=50, lag=2)
     gap = top.gap.sum(dim=1)  # (seeds, P)
     answer_0 = top.at_answer[:, :, 0].sum(dim=1)  # pair 0's part of the answer's score
     for i in range(len(comparison.seeds)):
-        assert int(top.distance[i]) in far
+        assert int(top.distance[i]) == _closest_past_half_turn(50) == 46
         assert top.weight[i] > 0.5
         assert abs(gap[i, 0]) < 0.2 * answer_0[i]  # pair 0: about the answer's score
         assert top.gap[i, 1, 1] > 0 > top.gap[i, 0, 1]
         assert gap[i, 1] > gap[i, 0].abs() + gap[i, 2:].abs().sum()
     mean = comparison.accuracy["rope"].mean(dim=0)
     fall = mean[16:-1] - mean[17:]
-    assert int(fall.argmax()) + 17 == min(far) == 40
+    assert int(fall.argmax()) + 17 == 40 == _closest_past_half_turn(40)
+    top_40 = most_attended_key(comparison.models["rope"], probe, query=40, lag=2)
+    assert (top_40.distance == 40).all()
