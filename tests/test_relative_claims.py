@@ -331,8 +331,11 @@ def test_rope_attends_to_an_alias_of_the_answer_and_pair_1_decides(comparison) -
     part gives more than at the answer, its cosine part less, and pair 1's excess
     exceeds what pairs 0, 2 and 3 together give either key over the other (every seed).
     The RoPE seeds' mean accuracy falls most steeply onto t = 40, where the closest such
-    key so far (40 back) comes into view, and at t = 40 it is the most attended key
-    (every seed)."""
+    key so far (40 back) comes into view, and at t = 40 it takes more than 0.3 of the row
+    (every seed; whether it or the answer takes the most is close in some seeds, 0.51
+    against 0.48 in one build, so that is not asserted)."""
+    from companion.modern import attention_maps
+
     probe, _ = _rope_probe(comparison)
     top = most_attended_key(comparison.models["rope"], probe, query=50, lag=2)
     gap = top.gap.sum(dim=1)  # (seeds, P)
@@ -346,5 +349,11 @@ def test_rope_attends_to_an_alias_of_the_answer_and_pair_1_decides(comparison) -
     mean = comparison.accuracy["rope"].mean(dim=0)
     fall = mean[16:-1] - mean[17:]
     assert int(fall.argmax()) + 17 == 40 == _closest_past_half_turn(40)
-    top_40 = most_attended_key(comparison.models["rope"], probe, query=40, lag=2)
-    assert (top_40.distance == 40).all()
+    with torch.no_grad():
+        key_40 = torch.stack(
+            [
+                attention_maps(m, probe)[-1][..., 40, 0].mean()
+                for m in comparison.models["rope"]
+            ]
+        )  # (seeds,): at t = 40, the key 40 back is position 0
+    assert (key_40 > 0.3).all()
