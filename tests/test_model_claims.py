@@ -280,11 +280,16 @@ def test_absolute_positions_learned_table_at_once_rope_slowly_neither_beyond() -
         n is not None and n <= 60
         for n in (capstone.first_step_below(c, 0.1) for c in table.losses)
     )
-    assert (rope_acc[:, :L0].mean(dim=1) > 0.93).all()
+    # bounds with room (claims run of issue 32's second review: seed 101's RoPE got below
+    # 0.1 nats at step 274, against > 300 before; measured over seeds 0-5 and 100-108:
+    # RoPE first below 0.1 at >= 274 or never, accuracy on t < 16 >= 0.898, last 100
+    # steps below steps 200-299 in every seed (not below 300-399: seed 105), beyond L0
+    # at most 0.319; the table below 0.1 by step 47)
+    assert (rope_acc[:, :L0].mean(dim=1) > 0.85).all()
     assert all(
-        n is None or n > 300
+        n is None or n > 200
         for n in (capstone.first_step_below(c, 0.1) for c in rope.losses)
     )
-    assert all(sum(c[-100:]) < sum(c[300:400]) for c in rope.losses)
+    assert all(sum(c[-100:]) < sum(c[200:300]) for c in rope.losses)
     for acc in (table_acc, rope_acc):
-        assert (acc[:, L0:].mean(dim=1) < 0.35).all()
+        assert (acc[:, L0:].mean(dim=1) < 0.4).all()
