@@ -285,13 +285,20 @@ def page(lab: str) -> Iterator[object]:
 
 
 def _open(page: object, lab: str, chapter: str) -> list[dict]:
-    """Open ``chapter`` and wait until its Markdown cells' text stops changing."""
+    """Open ``chapter`` and wait until every one of its Markdown cells is in the page and
+    their text has not changed for two seconds. (JupyterLab renders cells when the browser
+    is idle: on a busy machine it can pause for a second mid-way, which a one-second wait
+    took for the end, and a chapter's exercise titles were read before they were drawn.)"""
+    nb = json.loads((BOOK / chapter).read_text(encoding="utf-8"))
+    expected = sum(cell["cell_type"] == "markdown" for cell in nb["cells"])
     page.goto(lab.format(chapter))
     page.wait_for_selector(".jp-Notebook .jp-MarkdownCell")
-    cells, last = [], None
-    for _ in range(40):
+    cells, last, steady = [], None, 0
+    for _ in range(90):
         cells = page.evaluate(CELL_TEXT)
-        if cells == last and any(c["text"].strip() for c in cells):
+        complete = len(cells) == expected and any(c["text"].strip() for c in cells)
+        steady = steady + 1 if complete and cells == last else 0
+        if steady >= 2:
             break
         last = cells
         page.wait_for_timeout(1000)
