@@ -282,3 +282,18 @@ def test_the_intro_introduces_the_study_notes() -> None:
     assert re.search(r"^## The study notes", intro, re.M), (
         "the intro has no section that says what the study notes are"
     )
+
+
+@pytest.mark.parametrize("name", [n for n, _ in book_chapters()])
+def test_a_long_import_cell_is_folded_on_the_web(name: str) -> None:
+    """The opening is prose: an import cell of 20 lines or more is tagged `hide-input`,
+    as figure cells are (the web shows a "Show code" button; Jupyter runs it as is)."""
+    cells = json.loads((ROOT / "book" / f"{name}.ipynb").read_text(encoding="utf-8"))[
+        "cells"
+    ]
+    first = next(c for c in cells if c["cell_type"] == "code")
+    lines = "".join(first["source"]).splitlines()
+    tags = first.get("metadata", {}).get("tags", [])
+    assert len(lines) < 20 or "hide-input" in tags, (
+        f"{name}: the import cell has {len(lines)} lines and is not tagged hide-input"
+    )
