@@ -62,6 +62,10 @@ POINTERS: dict[tuple[str, str], tuple[int, str]] = {
         1,
         "names the families that use RoPE, which that chapter rebuilds",
     ),
+    ("03_context_extension", "ch-real-models"): (
+        1,
+        "the KV cache is explained in the sentence that uses it; that chapter builds one",
+    ),
     ("03_context_extension", "ch-relative"): (
         1,
         "the book's own train-short-test-long measurement follows in the next chapter; "
