@@ -664,6 +664,9 @@ class MultiHeadAttention(nn.Module):
         output: ``(B, L, D)``.
     """
 
+    accepts_mask: bool = True
+    """Whether :meth:`attend` takes a ``mask`` (``False``: the layer builds its own)."""
+
     def __init__(
         self,
         embed_dim: int,
@@ -744,20 +747,76 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         """The step between the head split and the merge: attention per head.
 
-        Here it is :func:`companion.attention.scaled_dot_product_attention`. A subclass
-        that handles positions inside attention overrides this one method and reuses the
-        projections,
-        the split and the merge (the capstone's RoPE and ALiBi layers in
-        :mod:`companion.model`, as labml's ``RotaryPEMultiHeadAttention`` overrides only
-        ``get_scores``).
+        It runs three narrow hooks, and a variant overrides the one step it changes
+        (as labml's ``RotaryPEMultiHeadAttention`` overrides only ``get_scores``),
+        reusing the projections, the split and the merge:
+
+        1. :meth:`transform_qk` turns queries and keys (RoPE rotates them, QK-norm
+           normalizes them first); here they pass unchanged.
+        2. :meth:`score_bias` is added to the scores, its causal mask included (ALiBi,
+           T5's buckets); here there is none.
+        3. :meth:`attention` weighs the values: here
+           :func:`companion.attention.scaled_dot_product_attention`; a layer whose
+           formula differs (soft-capped scores, Shaw's relative vectors,
+           Transformer-XL's scores) replaces it.
+
+        A layer that builds its own mask (``accepts_mask = False``) refuses ``mask``.
 
         Shape:
             query: ``(B, H, L, D/H)``; key, value: ``(B, H, S, D/H)``; output like
                 query.
         """
-        return scaled_dot_product_attention(
-            query, key, value, mask=mask, is_causal=is_causal
-        )
+        if mask is not None and not self.accepts_mask:  # before any computation
+            raise ValueError(
+                f"mask must be None: {type(self).__name__} builds its own mask (causal "
+                f"when is_causal=True), got {_validate.describe(mask)}"
+            )
+        query, key = self.transform_qk(query, key)  # (B, H, L, D/H), (B, H, S, D/H)
+        bias = self.score_bias(query, key, is_causal=is_causal)  # (H, L, S) or None
+        if bias is not None:  # the bias is the mask, its causal part included
+            mask, is_causal = bias, False
+        return self.attention(query, key, value, mask, is_causal)  # (B, H, L, D/H)
+
+    def transform_qk(
+        self, query: torch.Tensor, key: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hook of :meth:`attend`: queries and keys as the scores see them; here
+        unchanged.
+
+        Shape:
+            query: ``(B, H, L, D/H)``; key: ``(B, H, S, D/H)``; outputs: the same.
+        """
+        return query, key
+
+    def score_bias(
+        self, query: torch.Tensor, key: torch.Tensor, *, is_causal: bool
+    ) -> torch.Tensor | None:
+        """Hook of :meth:`attend`: an additive bias on the scores, ``-inf`` where the
+        causal mask blocks when ``is_causal``, or ``None`` for none (as here).
+
+        Shape:
+            query: ``(B, H, L, D/H)``; key: ``(B, H, S, D/H)``; output: broadcastable
+                to ``(B, H, L, S)``.
+        """
+        return None
+
+    def attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> torch.Tensor:
+        r"""Hook of :meth:`attend`: the attention of each head,
+        :math:`\operatorname{softmax}(QK^\top/\sqrt{D} + M)\,V`; here
+        :func:`companion.attention.scaled_dot_product_attention`.
+
+        Shape:
+            q: ``(B, H, L, D/H)``; k, v: ``(B, H, S, D/H)``; mask: broadcastable to
+                ``(B, H, L, S)``; output: like q.
+        """
+        return scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal)
 
     @torch.no_grad()
     def load_torch_weights(self, module: nn.MultiheadAttention) -> MultiHeadAttention:

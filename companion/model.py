@@ -7,7 +7,10 @@ extrapolate past the training length? (Chapter 4 trains the rest of the position
 through :mod:`companion.relative`.) Every part comes from ``companion``:
 
 * attention: :class:`companion.attention.MultiHeadAttention`; the RoPE and ALiBi layers
-  subclass it and override only its position step, :meth:`~companion.attention.MultiHeadAttention.attend`;
+  subclass it and override one hook of its per-head step
+  :meth:`~companion.attention.MultiHeadAttention.attend`: RoPE
+  :meth:`~companion.attention.MultiHeadAttention.transform_qk`, ALiBi
+  :meth:`~companion.attention.MultiHeadAttention.score_bias`;
 * positions: :func:`companion.positional.sinusoidal_encoding`, a learned table,
   :func:`companion.rope.apply_rope` on queries and keys, or
   :func:`companion.extension.alibi_bias` on the scores; or none at all;
@@ -118,8 +121,8 @@ class CausalSelfAttention(MultiHeadAttention):
 
     :class:`companion.attention.MultiHeadAttention` called with ``query = key = value =
     x`` and ``is_causal=True``; the projections, the head split and the merge are its
-    own. The position schemes that act inside attention subclass this and override only
-    :meth:`~companion.attention.MultiHeadAttention.attend`.
+    own. The position schemes that act inside attention subclass this and override one
+    hook of :meth:`~companion.attention.MultiHeadAttention.attend`.
 
     Args:
         dim: model width ``D``.
@@ -150,10 +153,11 @@ class CausalSelfAttention(MultiHeadAttention):
 class RotarySelfAttention(CausalSelfAttention):
     """Causal self-attention with RoPE: queries and keys rotated before the scores.
 
-    The only override is the position step: rotate ``q`` and ``k`` by
-    :func:`companion.rope.apply_rope` (half layout, as Hugging Face LLaMA), then attend.
+    The only override is the hook
+    :meth:`~companion.attention.MultiHeadAttention.transform_qk`: rotate ``q`` and
+    ``k`` by :func:`companion.rope.apply_rope` (half layout, as Hugging Face LLaMA).
     The cos/sin table is computed from the input's length at each call, so the layer
-    runs at any length.
+    runs at any length; the queries sit at the last ``L`` of the ``S`` key positions.
 
     Args:
         dim: model width ``D``.
@@ -176,22 +180,17 @@ class RotarySelfAttention(CausalSelfAttention):
         freqs = rope_frequencies(self.head_dim, base=base)  # (D/2,) theta_i, float64
         self.register_buffer("rope_frequencies", freqs, persistent=False)
 
-    def attend(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        *,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-    ) -> torch.Tensor:
+    def transform_qk(
+        self, query: torch.Tensor, key: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate ``query`` (positions S - L to S - 1) and ``key`` (0 to S - 1)."""
         L, S = query.shape[-2], key.shape[-2]
         freqs = self.rope_frequencies
         cos_q, sin_q = rope_cos_sin(torch.arange(S - L, S), freqs, dtype=query.dtype)
         cos_k, sin_k = rope_cos_sin(torch.arange(S), freqs, dtype=key.dtype)
         query = apply_rope(query, cos_q.to(query.device), sin_q.to(query.device))
         key = apply_rope(key, cos_k.to(key.device), sin_k.to(key.device))
-        return super().attend(query, key, value, mask=mask, is_causal=is_causal)
+        return query, key  # (B, H, L, D/H), (B, H, S, D/H)
 
 
 class ALiBiSelfAttention(CausalSelfAttention):
@@ -201,9 +200,11 @@ class ALiBiSelfAttention(CausalSelfAttention):
     key at ``n``, with slope ``a_h`` (the book's notation; Press et al. write ``m`` for
     the slope).
 
-    The only override is the position step: :func:`companion.extension.alibi_bias`
-    (causal mask included) becomes the additive mask of the attention. No parameters are
-    added.
+    The only override is the hook
+    :meth:`~companion.attention.MultiHeadAttention.score_bias`:
+    :func:`companion.extension.alibi_bias` (causal mask included) is added to the
+    scores. No parameters are added;
+    :meth:`~companion.attention.MultiHeadAttention.attend` takes no ``mask``.
 
     Args:
         dim: model width ``D``.
@@ -214,22 +215,15 @@ class ALiBiSelfAttention(CausalSelfAttention):
         - output: ``(B, L, D)``
     """
 
-    def attend(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        *,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
+    accepts_mask = False
+
+    def score_bias(
+        self, query: torch.Tensor, key: torch.Tensor, *, is_causal: bool
     ) -> torch.Tensor:
-        if mask is not None:
-            raise ValueError(
-                "mask must be None: ALiBiSelfAttention builds its own mask (the bias, "
-                f"causal when is_causal=True), got {_validate.describe(mask)}"
-            )
+        """ALiBi's bias for ``L`` queries and ``S`` keys, ``-inf`` above the diagonal
+        when ``is_causal``."""
         L, S = query.shape[-2], key.shape[-2]
-        bias = alibi_bias(
+        return alibi_bias(
             self.num_heads,
             L,
             S,
@@ -237,7 +231,6 @@ class ALiBiSelfAttention(CausalSelfAttention):
             dtype=query.dtype,
             device=query.device,
         )  # (H, L, S), -inf above the diagonal when causal
-        return super().attend(query, key, value, mask=bias)
 
 
 # ---- The model -----------------------------------------------------------------------
@@ -426,15 +419,13 @@ def _hits(
     _validate.positive_int("num_sequences", num_sequences)
     check_lag_task(num_sequences, length, lag, config.vocab_size)
     seed = _validate.integer("seed", seed, minimum=0)
-    device = next(model.parameters()).device
-    generator = torch.Generator().manual_seed(seed)
     tokens, targets = lag_task(
         num_sequences,
         length,
         lag=lag,
         vocab_size=config.vocab_size,
-        generator=generator,
-        device=device,
+        generator=torch.Generator().manual_seed(seed),  # one seeded batch
+        device=next(model.parameters()).device,
     )
     was_training = model.training
     model.eval()

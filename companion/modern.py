@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+from torch import Tensor
 
 from companion import _validate
 from companion.attention import causal_mask
@@ -22,7 +23,6 @@ from companion.model import (
     TinyTransformer,
 )
 from companion.norm import RMSNorm
-from companion.rope import apply_rope, rope_cos_sin
 
 __all__ = [
     "ModernTinyTransformer",
@@ -108,7 +108,8 @@ class QKNormSelfAttention(RotarySelfAttention):
     As Qwen3 (``q_norm``, ``k_norm``): an :class:`~companion.norm.RMSNorm` over the
     head width ``D/H`` with a learned gain (initialized to one, shared by the heads),
     applied to ``q`` and ``k`` after the head split and *before* RoPE, then
-    :class:`~companion.model.RotarySelfAttention`'s step. Only ``attend`` is overridden.
+    :class:`~companion.model.RotarySelfAttention`'s rotation. The one override is the
+    hook :meth:`~companion.attention.MultiHeadAttention.transform_qk`.
     (OLMo 2 normalizes all heads' queries together, over the whole width ``H * D``,
     and all keys over ``H_kv * D``, before the split: one head can then hold the whole
     norm, ``||q_h||^2 <= H D`` and ``||k_h||^2 <= H_kv D``, and
@@ -130,47 +131,19 @@ class QKNormSelfAttention(RotarySelfAttention):
         self.q_norm = RMSNorm(self.head_dim, eps=1e-6)
         self.k_norm = RMSNorm(self.head_dim, eps=1e-6)
 
-    def attend(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        *,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-    ) -> torch.Tensor:
-        query, key = self.q_norm(query), self.k_norm(key)
-        return super().attend(query, key, value, mask=mask, is_causal=is_causal)
+    def transform_qk(
+        self, query: torch.Tensor, key: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalize ``query`` and ``key`` per head, then rotate them (RoPE)."""
+        return super().transform_qk(self.q_norm(query), self.k_norm(key))
 
 
-class _SoftcappedScores(CausalSelfAttention):
-    """The one step :class:`SoftcapSelfAttention` changes: :func:`softcapped_attention`
-    in place of the plain attention. It sits below
-    :class:`~companion.model.RotarySelfAttention` in the method order, so RoPE's step
-    rotates ``q`` and ``k`` and then calls this (no second copy of the RoPE step)."""
-
-    cap: float
-
-    def attend(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        *,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-    ) -> torch.Tensor:
-        return softcapped_attention(
-            query, key, value, cap=self.cap, is_causal=is_causal
-        )
-
-
-class SoftcapSelfAttention(RotarySelfAttention, _SoftcappedScores):
+class SoftcapSelfAttention(RotarySelfAttention):
     r"""RoPE self-attention whose scores are soft-capped, as Gemma 2's.
 
-    The position step is :class:`~companion.model.RotarySelfAttention`'s own (it rotates
-    ``q`` and ``k``); the attention after it is :func:`softcapped_attention`. No mask
-    other than the causal one.
+    :class:`~companion.model.RotarySelfAttention`'s rotation stays; the one override is
+    the hook :meth:`~companion.attention.MultiHeadAttention.attention`, which becomes
+    :func:`softcapped_attention`. No mask other than the causal one.
 
     Args:
         dim: model width.
@@ -183,27 +156,19 @@ class SoftcapSelfAttention(RotarySelfAttention, _SoftcappedScores):
         - output: ``(B, L, dim)``
     """
 
+    accepts_mask = False
+
     def __init__(
         self, dim: int, num_heads: int, *, cap: float = 50.0, base: float = 10000.0
     ) -> None:
         super().__init__(dim, num_heads, base=base)
         self.cap = _validate.positive_real("cap", cap)
 
-    def attend(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        *,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-    ) -> torch.Tensor:
-        if mask is not None:  # refused before any computation
-            raise ValueError(
-                "mask must be None: SoftcapSelfAttention takes the causal mask only, "
-                f"got {_validate.describe(mask)}"
-            )
-        return super().attend(query, key, value, is_causal=is_causal)
+    def attention(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
+    ) -> Tensor:
+        """:func:`softcapped_attention` with this layer's cap."""
+        return softcapped_attention(q, k, v, cap=self.cap, is_causal=is_causal)
 
 
 ATTENTION_KINDS = ("rope", "qk_norm", "softcap")
@@ -535,14 +500,7 @@ def attention_maps(
     maps = []
     for m, x in zip(layers, inputs, strict=True):
         q, k = m._split(m.q_proj(x)), m._split(m.k_proj(x))  # (B, H, L, D/H)
-        if isinstance(m, QKNormSelfAttention):
-            q, k = m.q_norm(q), m.k_norm(k)
-        if isinstance(m, RotarySelfAttention):
-            cos, sin = rope_cos_sin(
-                torch.arange(q.shape[-2]), m.rope_frequencies, dtype=q.dtype
-            )
-            cos, sin = cos.to(q.device), sin.to(q.device)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = m.transform_qk(q, k)  # the layer's own: QK-norm, RoPE
         logits = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # (B, H, L, L)
         if isinstance(m, SoftcapSelfAttention):
             logits = softcap(logits, m.cap)

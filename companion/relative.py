@@ -26,7 +26,7 @@ each matched to a reference in ``tests/test_relative.py``:
 ALiBi (:func:`companion.extension.alibi_bias`) is the same family with a fixed bias
 :math:`-a_h (i - j)` instead of a learned one. For the trained comparison, each has a
 causal self-attention layer in the style of :mod:`companion.model` (a subclass of
-:class:`companion.model.CausalSelfAttention` that overrides only ``attend``):
+:class:`companion.model.CausalSelfAttention` that overrides one hook of ``attend``):
 :class:`T5BiasSelfAttention`, :class:`ShawSelfAttention` and
 :class:`TransformerXLSelfAttention`; a :class:`companion.model.TinyTransformer`
 subclass whose ``_attention`` returns one of them trains with it
@@ -714,21 +714,15 @@ def nope_position_readout(
 # ---- self-attention layers for the tiny Transformer ------------------------------------
 
 
-def _no_mask(cls: str, mask: object) -> None:
-    if mask is not None:
-        raise ValueError(
-            f"mask must be None: {cls} builds its own (causal when is_causal=True), "
-            f"got {_validate.describe(mask)}"
-        )
-
-
 class T5BiasSelfAttention(CausalSelfAttention):
     r"""Causal self-attention with T5's learned bucketed bias (decoder buckets).
 
-    The position step adds :class:`T5RelativeBias` (``bidirectional=False``: every
-    past distance has its bucket, the future is masked) to the scores, which are scaled
-    by :math:`1/\sqrt{D/H}` as everywhere in this book (T5 itself folds that scale into
-    its initialization). One table per layer (T5 shares the first layer's).
+    The one override is the hook
+    :meth:`~companion.attention.MultiHeadAttention.score_bias`: :class:`T5RelativeBias`
+    (``bidirectional=False``: every past distance has its bucket, the future is masked)
+    is added to the scores, which are scaled by :math:`1/\sqrt{D/H}` as everywhere in
+    this book (T5 itself folds that scale into its initialization). One table per layer
+    (T5 shares the first layer's).
 
     Args:
         dim: model width ``D``.
@@ -757,16 +751,10 @@ class T5BiasSelfAttention(CausalSelfAttention):
             bidirectional=False,
         )
 
-    def attend(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        *,
-        mask: Tensor | None = None,
-        is_causal: bool = False,
-    ) -> Tensor:
-        _no_mask("T5BiasSelfAttention", mask)
+    accepts_mask = False  # the hook builds its own
+
+    def score_bias(self, query: Tensor, key: Tensor, *, is_causal: bool) -> Tensor:
+        """The learned bias of each head, ``-inf`` on future keys when ``is_causal``."""
         length, keys = query.shape[-2], key.shape[-2]
         bias = self.relative_bias(length, keys, query_offset=keys - length)
         bias = bias.to(device=query.device, dtype=query.dtype)  # (H, L, S)
@@ -775,14 +763,16 @@ class T5BiasSelfAttention(CausalSelfAttention):
                 length, keys, query_offset=keys - length, device=query.device
             )
             bias = bias.masked_fill(future > 0, float("-inf"))
-        return super().attend(query, key, value, mask=bias)
+        return bias
 
 
 class ShawSelfAttention(CausalSelfAttention):
     r"""Causal self-attention with Shaw et al.'s relative key (and value) vectors.
 
-    The position step is :func:`shaw_attention` with ``2K + 1`` learned vectors of the
-    head width for the keys and, if ``values``, for the values, shared by the heads as
+    The one override is the hook
+    :meth:`~companion.attention.MultiHeadAttention.attention`, which becomes
+    :func:`shaw_attention` with ``2K + 1`` learned vectors of the head width for the
+    keys and, if ``values``, for the values, shared by the heads as
     in the paper; initialized from a normal distribution with standard deviation
     :math:`(D/H)^{-1/2}`.
 
@@ -817,31 +807,30 @@ class ShawSelfAttention(CausalSelfAttention):
             else None
         )
 
-    def attend(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        *,
-        mask: Tensor | None = None,
-        is_causal: bool = False,
+    accepts_mask = False  # the hook builds its own
+
+    def attention(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
     ) -> Tensor:
-        _no_mask("ShawSelfAttention", mask)
+        """:func:`shaw_attention` with this layer's vectors; the queries are the last
+        ``L`` of the ``S`` positions."""
         return shaw_attention(
-            query,
-            key,
-            value,
-            self.rel_key.to(query.dtype),
-            None if self.rel_value is None else self.rel_value.to(query.dtype),
+            q,
+            k,
+            v,
+            self.rel_key.to(q.dtype),
+            None if self.rel_value is None else self.rel_value.to(q.dtype),
             is_causal=is_causal,
-            query_offset=key.shape[-2] - query.shape[-2],
+            query_offset=k.shape[-2] - q.shape[-2],
         )
 
 
 class TransformerXLSelfAttention(CausalSelfAttention):
     r"""Causal self-attention with Transformer-XL's relative scores (no memory).
 
-    The position step is :func:`transformer_xl_scores`: the sinusoidal
+    The one override is the hook
+    :meth:`~companion.attention.MultiHeadAttention.attention`, with the scores of
+    :func:`transformer_xl_scores`: the sinusoidal
     :func:`transformer_xl_encoding` of each distance, projected per head by a learned
     :math:`W_{k,R}` (``r_proj``, no bias), and the learned per-head biases ``u``
     (content) and ``v`` (position), zero at the start. Causal only: the shifted scores
@@ -865,22 +854,18 @@ class TransformerXLSelfAttention(CausalSelfAttention):
         self.u = nn.Parameter(torch.zeros(self.num_heads, 1, self.head_dim))
         self.v = nn.Parameter(torch.zeros(self.num_heads, 1, self.head_dim))
 
-    def attend(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        *,
-        mask: Tensor | None = None,
-        is_causal: bool = False,
+    accepts_mask = False  # the hook builds its own
+
+    def attention(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
     ) -> Tensor:
-        _no_mask("TransformerXLSelfAttention", mask)
+        """Softmax of :func:`transformer_xl_scores` (causal only), times ``v``."""
         if not is_causal:
             raise ValueError(
                 "is_causal must be True: Transformer-XL's shifted scores exist only "
                 "up to the diagonal, got False"
             )
-        keys = key.shape[-2]
+        keys = k.shape[-2]
         weight = self.r_proj.weight
         encoding = transformer_xl_encoding(
             keys,
@@ -890,11 +875,11 @@ class TransformerXLSelfAttention(CausalSelfAttention):
             device=weight.device,
         )  # (S, D)
         r = self.r_proj(encoding).view(keys, self.num_heads, self.head_dim)
-        r = r.transpose(0, 1).to(query.dtype)  # (H, S, D/H)
+        r = r.transpose(0, 1).to(q.dtype)  # (H, S, D/H)
         scores = transformer_xl_scores(
-            query, key, r, self.u.to(query.dtype), self.v.to(query.dtype)
+            q, k, r, self.u.to(q.dtype), self.v.to(q.dtype)
         )  # (B, H, L, S), -inf above the diagonal
-        return torch.softmax(scores, dim=-1) @ value
+        return torch.softmax(scores, dim=-1) @ v
 
 
 # ---- the trained comparison ----------------------------------------------------------

@@ -63,20 +63,59 @@ def test_lag_task_is_reproducible_with_a_seeded_generator() -> None:
 # ---- The attention layers ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls", [M.RotarySelfAttention, M.ALiBiSelfAttention])
-def test_position_layers_override_only_the_position_step(cls: type) -> None:
-    """Like labml's RotaryPEMultiHeadAttention: projections, split and merge are
-    inherited from the chapter's MultiHeadAttention; the subclass replaces `attend` (and
-    RoPE's constructor registers its frequency table)."""
+def _one_hook_layers() -> list[tuple[type, str]]:
+    from companion import modern, relative, rope_variants
+
+    return [
+        (M.RotarySelfAttention, "transform_qk"),
+        (M.ALiBiSelfAttention, "score_bias"),
+        (modern.QKNormSelfAttention, "transform_qk"),
+        (modern.SoftcapSelfAttention, "attention"),
+        (relative.T5BiasSelfAttention, "score_bias"),
+        (relative.ShawSelfAttention, "attention"),
+        (relative.TransformerXLSelfAttention, "attention"),
+        (rope_variants.PRoPESelfAttention, None),  # RoPE's hook, other frequencies
+    ]
+
+
+@pytest.mark.parametrize(("cls", "hook"), _one_hook_layers())
+def test_each_attention_layer_overrides_one_hook(cls: type, hook: str | None) -> None:
+    """Like labml's RotaryPEMultiHeadAttention, which overrides only `get_scores`:
+    projections, split, merge and `attend` are the chapter's MultiHeadAttention's; each
+    layer replaces one of `attend`'s hooks (and may set `accepts_mask`, and its
+    constructor registers what the hook needs)."""
     assert issubclass(cls, MultiHeadAttention)
-    own = {name for name in vars(cls) if not name.startswith("__")} | (
-        {"__init__"} if "__init__" in vars(cls) else set()
-    )
-    assert own <= {"attend", "__init__"}, own
-    assert "attend" in own
-    assert M.CausalSelfAttention.forward is not MultiHeadAttention.forward
-    for name in ("_split", "load_torch_weights"):
+    own = {name for name in vars(cls) if not name.startswith("__")} - {"accepts_mask"}
+    assert own == ({hook} if hook else set()), own
+    hooks = ("transform_qk", "score_bias", "attention")
+    for base in cls.__mro__[: cls.__mro__.index(MultiHeadAttention)]:
+        assert "attend" not in vars(base), base
+        assert len(set(vars(base)) & set(hooks)) <= 1, base
+    for name in ("_split", "load_torch_weights", "attend"):
         assert getattr(cls, name) is getattr(MultiHeadAttention, name)
+
+
+def test_default_hooks_are_scaled_dot_product_attention_bit_for_bit() -> None:
+    from companion.attention import scaled_dot_product_attention
+
+    attn = MultiHeadAttention(16, 4)
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 5, 4, generator=gen) for _ in range(3))
+    mask = torch.rand(2, 1, 5, 5, generator=gen) > 0.3
+    for kw in ({}, {"is_causal": True}, {"mask": mask}):
+        assert torch.equal(
+            attn.attend(q, k, v, **kw), scaled_dot_product_attention(q, k, v, **kw)
+        )
+
+
+def test_a_layer_that_builds_its_own_mask_refuses_one_before_any_hook() -> None:
+    class Watched(M.ALiBiSelfAttention):
+        def transform_qk(self, query, key):
+            raise AssertionError("computed before the mask was refused")
+
+    q = torch.zeros(1, 2, 3, 8)
+    with pytest.raises(ValueError, match=r"^mask must be None: Watched builds its own"):
+        Watched(16, 2).attend(q, q, q, mask=torch.ones(3, 3, dtype=torch.bool))
 
 
 def _projections(attn: MultiHeadAttention, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
