@@ -49,6 +49,23 @@ NOT_ATTEMPTED = (
     "{check}: not attempted yet - write your function above, then run this cell again."
 )
 PASSED = "✓ {check}: {cases}"
+# A solution's code cells start with this line (the book's solution cells, which
+# JupyterLab shows folded with their first line as the placeholder): a checker called from
+# such a cell says its pass is the reference solution's, not the learner's.
+REFERENCE_MARK = "# Reference solution"
+PASSED_REFERENCE = "✓ {check} (reference solution): {cases}"
+
+
+def _in_reference_solution() -> bool:
+    """The checker runs in an IPython cell whose source starts with
+    :data:`REFERENCE_MARK` (IPython stores a cell's source in ``In`` before running it)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # IPython is not a dependency of the companion package
+        return False
+    shell = get_ipython()
+    cells = getattr(shell, "user_ns", {}).get("In") if shell is not None else None
+    return bool(cells) and str(cells[-1]).lstrip().startswith(REFERENCE_MARK)
 
 
 class CheckResult:
@@ -92,7 +109,8 @@ def passed_cases(n: int) -> str:
 def tally(check: str, passed: Iterable[object]) -> CheckResult:
     """Count the cases ``passed`` yields (one item per case that passed), then print
     the checker's one line and return its :class:`CheckResult`: "✓ ... all N cases
-    pass" and a true result, or "not attempted yet" and a false one when a case meets
+    pass" (with "(reference solution)" after the checker's name when the cell that runs
+    it is one of the book's solution cells) and a true result, or "not attempted yet" and a false one when a case meets
     the exercise's stub (:class:`NotAttempted`). A failed case raises
     :class:`CheckError` through it. :func:`checker` runs every checker's cases here; a
     checker whose cases are not :class:`Case` objects (``check_stablelm_port``) does
@@ -104,7 +122,8 @@ def tally(check: str, passed: Iterable[object]) -> CheckResult:
     except NotAttempted:
         print(NOT_ATTEMPTED.format(check=check))
         return CheckResult(check, False, count)
-    print(PASSED.format(check=check, cases=passed_cases(count)))
+    line = PASSED_REFERENCE if _in_reference_solution() else PASSED
+    print(line.format(check=check, cases=passed_cases(count)))
     return CheckResult(check, True, count)
 
 
@@ -139,6 +158,7 @@ class CheckError(AssertionError):
         expected: str = "",
         got: str = "",
         mistake: str | None = None,
+        grid: str = "",
     ) -> None:
         self.check = check
         self.prop = prop
@@ -147,12 +167,15 @@ class CheckError(AssertionError):
         self.got = got
         self.mistake = mistake
         self.detail = detail
+        self.grid = grid
         lines = [f"{check}: {prop!r} failed on {inputs}"]
         if expected or got:
             lines.append(f"  expected: {expected}")
             lines.append(f"  got:      {got}")
         if detail:
             lines.append(f"  {detail}")
+        if grid:
+            lines.extend(f"  {row}" for row in grid.splitlines())
         super().__init__("\n".join(lines))
 
     def _render_traceback_(self) -> list[str]:
@@ -161,6 +184,8 @@ class CheckError(AssertionError):
         the checker's own frames. Outside IPython the exception is an ordinary one."""
         first = f"\x1b[31m✗ {self.check}\x1b[0m: {self.detail or self.prop}"
         second = f"  {self.prop!r} on {self.inputs}"
+        if self.grid:  # a small mask: the two grids side by side, not flattened
+            return [first, second + ":", *(f"    {r}" for r in self.grid.splitlines())]
         if self.expected or self.got:
             second += f": expected {self.expected}; got {self.got}"
         return [first, second]
@@ -228,6 +253,76 @@ def _short(t: Tensor, digits: int = 4, n: int = 6, start: int = 0) -> str:
     before = f"... (from flat index {start}) " if start else ""
     more = f", ... ({flat.numel()} values)" if flat.numel() > start + n else ""
     return f"[{before}{head}{more}] shape={tuple(t.shape)}"
+
+
+def _number(value: float, digits: int = 4) -> str:
+    """``value`` as a learner writes it: ``9`` for an integer value, else ``digits``
+    significant digits."""
+    if math.isfinite(value) and value == int(value) and abs(value) < 2**53:
+        return str(int(value))
+    return f"{value:.{digits}g}"
+
+
+def _shown(t: Tensor, digits: int = 4, start: int = 0) -> str:
+    """A value for the message: a 0-d answer as its number (``9``), a tensor as
+    :func:`_short`'s preview."""
+    if t.ndim == 0:
+        return _number(t.detach().to("cpu", torch.float64).item(), digits)
+    return _short(t, digits, start=start)
+
+
+GRID_MAX = 12  # masks up to 12 x 12 are drawn as grids
+
+
+def _grid(expected: Tensor, got: Tensor) -> str:
+    """Two small 2-D masks side by side, one row per query: ``1`` where the entry is
+    true, ``.`` where it is false; empty for anything larger or not 2-D."""
+    if expected.ndim != 2 or max(expected.shape) > GRID_MAX:
+        return ""
+
+    def rows(t: Tensor) -> list[str]:
+        return [" ".join("1" if v else "." for v in row) for row in t.tolist()]
+
+    left, right = rows(expected), rows(got)
+    width = max(len("expected"), len(left[0]) if left else 0)
+    lines = [f"{'expected':<{width}}   got"]
+    lines += [f"{a:<{width}}   {b}" for a, b in zip(left, right, strict=True)]
+    return "\n".join(lines)
+
+
+def _boolean_difference(
+    got: Tensor, expected: Tensor, *, check: str, prop: str, where: str
+) -> CheckError | None:
+    """Compare a boolean answer as booleans (no tolerance): ``None`` when every entry
+    agrees, else the error that says how many entries differ and where the first is,
+    with small masks drawn as grids."""
+    got_bool = got.detach().to("cpu") != 0
+    exp_bool = expected.detach().to("cpu")
+    wrong = got_bool != exp_bool
+    if not wrong.any():
+        return None
+    first = tuple(int(i) for i in wrong.nonzero()[0].tolist())
+    extra = int((got_bool & ~exp_bool).sum())
+    missing = int((~got_bool & exp_bool).sum())
+    kinds = [
+        f"{n} {a} where {b} is expected"
+        for n, a, b in ((extra, "True", "False"), (missing, "False", "True"))
+        if n
+    ]
+    detail = (
+        f"{int(wrong.sum())} of {wrong.numel()} entries differ ({', '.join(kinds)}); "
+        f"the first at index {first}: expected {bool(exp_bool[first])}, got "
+        f"{bool(got_bool[first])}."
+    )
+    return CheckError(
+        check,
+        prop,
+        where,
+        detail,
+        expected=_short(exp_bool.to(torch.float64), 1),
+        got=_short(got_bool.to(torch.float64), 1),
+        grid=_grid(exp_bool, got_bool),
+    )
 
 
 def _shape_diagnosis(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
@@ -430,6 +525,28 @@ def expect_close(
         )
     got64 = tensor.detach().to("cpu", torch.float64)
     exp64 = expected.detach().to("cpu", torch.float64)
+    if expected.dtype == torch.bool:  # a mask: compared as booleans, exactly
+        wrong_mask = _boolean_difference(
+            tensor, expected, check=check, prop=prop, where=where
+        )
+        if wrong_mask is None:
+            return
+        for mistake in mistakes:
+            wrong = as_tensor(mistake.output)
+            if wrong is not None and wrong.shape == tensor.shape:
+                if torch.equal(wrong.detach().to("cpu") != 0, tensor.detach() != 0):
+                    raise CheckError(
+                        check,
+                        prop,
+                        where,
+                        f'This is the known mistake "{mistake.name}": '
+                        f"{mistake.explanation}",
+                        expected=wrong_mask.expected,
+                        got=wrong_mask.got,
+                        mistake=mistake.name,
+                        grid=wrong_mask.grid,
+                    )
+        raise wrong_mask
     if not torch.isfinite(got64).all() and torch.isfinite(exp64).all():
         bad = tuple((~torch.isfinite(got64)).nonzero()[0].tolist())
         raise CheckError(
@@ -468,11 +585,26 @@ def expect_close(
                 prop,
                 where,
                 f'This is the known mistake "{mistake.name}": {mistake.explanation}',
-                expected=_short(expected, digits, start=start),
-                got=_short(tensor, digits, start=start),
+                expected=_shown(expected, digits, start=start),
+                got=_shown(tensor, digits, start=start),
                 mistake=mistake.name,
             )
     relative = f"{abs(g - e) / abs(e):.2g}" if e != 0 else "inf"
+    if exp64.ndim == 0:  # a number: "expected 9, got 11", no shapes or indices
+        integers = e == int(e) and g == int(g) if math.isfinite(g) else False
+        detail = f"expected {_number(e, digits)}, got {_number(g, digits)}"
+        if not integers:
+            detail += (
+                f"; relative error {relative} (tolerance atol={atol:g}, rtol={rtol:g})"
+            )
+        raise CheckError(
+            check,
+            prop,
+            where,
+            detail + ".",
+            expected=_number(e, digits),
+            got=_number(g, digits),
+        )
     first_index = tuple(
         int(i) for i in torch.unravel_index(torch.tensor(first), err.shape)
     )
@@ -484,14 +616,17 @@ def expect_close(
         if first_index != index and exp64.numel() > 1
         else ""
     )
+    exact = atol == 0 and rtol == 0 and bool((exp64 == exp64.round()).all())
+    # whole numbers compared exactly (indices, counts): no tolerance to speak of
+    closing = "" if exact else f"; relative error {relative}; tolerance atol={atol:g}, "
+    closing += "" if exact else f"rtol={rtol:g}"
     raise CheckError(
         check,
         prop,
         where,
         f"{count} of {exp64.numel()} values differ; {first_text}max |got - expected| "
         f"= {err.max().item():.3g} at index {index} (expected {e:.{digits}g}, got "
-        f"{g:.{digits}g}; relative error {relative}; tolerance atol={atol:g}, "
-        f"rtol={rtol:g}).",
+        f"{g:.{digits}g}{closing}).",
         expected=_short(expected, digits, start=first - 1 if first else 0),
         got=_short(tensor, digits, start=first - 1 if first else 0),
     )

@@ -92,7 +92,8 @@ def check_masked_attention(attention: Callable[..., torch.Tensor]) -> Iterator[C
     The mask follows ``F.scaled_dot_product_attention``: ``True`` where a query may
     attend. Properties checked: a padding mask that broadcasts over queries, and a
     general ``(L, S)`` mask. Named mistakes: "mask applied after the softmax", "mask
-    inverted", "missing 1/sqrt(d_k)".
+    inverted", "mask multiplied into the scores" (``softmax(scores * mask)``),
+    "missing 1/sqrt(d_k)".
 
     Args:
         attention: a function ``attention(query, key, value, mask) -> Tensor``.
@@ -129,6 +130,13 @@ def check_masked_attention(attention: Callable[..., torch.Tensor]) -> Iterator[C
                 "opposite convention.",
                 _sdpa(q, k, v, mask=~mask),
             ),
+            Mistake(
+                "mask multiplied into the scores",
+                "softmax(scores * mask) sets the masked scores to 0, and exp(0) = 1 "
+                "still gives those keys weight; set them to -inf before the softmax: "
+                "scores.masked_fill(~mask, float('-inf')).",
+                torch.softmax(q @ k.transpose(-2, -1) * mask / 8**0.5, dim=-1) @ v,
+            ),
             _missing_scale(_sdpa(q, k, v, mask=mask, scale=1.0)),
         ]
         yield Case(prop, inputs, _sdpa(q, k, v, mask=mask), mistakes)
@@ -141,9 +149,10 @@ def check_causal_mask(causal_mask: Callable[..., torch.Tensor]) -> Iterator[Case
     The reference is ``torch.ones(L, S, dtype=torch.bool).tril()``: query ``i`` may
     attend to key ``j`` when ``j <= i`` (itself included), which is what
     ``is_causal=True`` means in ``F.scaled_dot_product_attention``. The dtype must be
-    ``torch.bool``. Named mistakes: "causal mask off by one (the diagonal is excluded)",
-    "causal mask off by one (one future key is visible)", "mask inverted", "bottom-right
-    alignment".
+    ``torch.bool``; the answer is compared as booleans, and a wrong mask is drawn as a
+    grid beside the expected one. Named mistakes: "causal mask off by one (the diagonal
+    is excluded)", "causal mask off by one (one future key is visible)", "upper
+    triangle (triu instead of tril)", "mask inverted", "bottom-right alignment".
 
     Args:
         causal_mask: a function ``causal_mask(query_length, key_length) -> Tensor``.
@@ -167,6 +176,13 @@ def check_causal_mask(causal_mask: Callable[..., torch.Tensor]) -> Iterator[Case
                 "query i may see keys j <= i only: use tril(diagonal=0), not "
                 "tril(diagonal=1).",
                 ones.tril(diagonal=1),
+            ),
+            Mistake(
+                "upper triangle (triu instead of tril)",
+                "triu keeps the keys at or AFTER each query (j >= i), the future; a "
+                "causal mask keeps the keys at or before it (j <= i): the lower "
+                "triangle, tril.",
+                ones.triu(),
             ),
             Mistake(
                 "mask inverted",
@@ -273,7 +289,7 @@ def check_tiled_attention(
     cases = [
         ("equals full attention; block_size does not divide S", 1.0, 4),
         ("equals full attention with one key per block", 1.0, 1),
-        ("stays finite for large scores (keep a running max)", 60.0, 3),
+        ("stays finite for large scores", 60.0, 3),
     ]
     for prop, spread, block in cases:
         inputs = _inputs(gen, (2,), 6, 10, 8)

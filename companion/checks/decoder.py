@@ -64,7 +64,7 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable[..., object]) -> Iterator[Case
         if heads == kv:  # "counted the query heads" gives the right answer here
             mistakes = mistakes[1:]
         yield Case(
-            f"2 x layers x kv heads x head_dim x bytes x tokens ({tokens} tokens)",
+            f"bytes of the keys and values cached for {tokens} tokens",
             {
                 "num_layers": layers,
                 "num_heads": heads,

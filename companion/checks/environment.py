@@ -33,7 +33,7 @@ def check_softmax(softmax: Callable[..., torch.Tensor]) -> Iterator[Case]:
         ),
         ("normalizes along dim, not another axis", torch.randn(3, 4, generator=gen), 0),
         (
-            "stays finite for large logits (subtract the max first)",
+            "stays finite for large logits",
             torch.tensor([[1.0e4, 0.0, -1.0e4], [1000.0, 1000.0, 999.0]]),
             -1,
         ),

@@ -36,7 +36,7 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., object]) -> Iterator[Ca
     ):
         per = layers * size * tokens
         yield Case(
-            f"layers x (kv_lora_rank + qk_rope_head_dim) x bytes x tokens ({tokens})",
+            f"bytes MLA caches for {tokens} tokens",
             {
                 "num_layers": layers,
                 "num_heads": heads,

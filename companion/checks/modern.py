@@ -69,7 +69,7 @@ def check_receptive_field(receptive_field: Callable[..., object]) -> Iterator[Ca
             ),
         ]
         yield Case(
-            "N layers reach sum of (W - 1) tokens back",
+            "how many tokens back the top layer reaches",
             {"windows": windows},
             f64(modern.receptive_field(windows)),
             mistakes,
@@ -86,8 +86,9 @@ def check_sink_cache_keep(sink_cache_keep: Callable[..., object]) -> Iterator[Ca
     Reference: :func:`companion.modern.sink_cache_keep`: the first ``sinks`` and the
     last ``window`` indices in increasing order, every index while
     ``length <= sinks + window``; a tensor, a NumPy array or a list of the indices
-    passes (any number type). Named mistakes: "sinks dropped" (only the last
-    ``window``), "one token too many" (the last ``window + 1``), "sinks repeated" (the
+    passes (any number type). Named mistakes: "short stream not handled" (the
+    first ``sinks`` and the last ``window`` taken from a stream no longer than
+    ``sinks + window``), "sinks dropped" (only the last ``window``), "one token too many" (the last ``window + 1``), "sinks repeated" (the
     first tokens counted twice while the stream is short), "order reversed" (the
     indices in decreasing order).
 
@@ -107,7 +108,20 @@ def check_sink_cache_keep(sink_cache_keep: Callable[..., object]) -> Iterator[Ca
             [torch.arange(sinks), torch.arange(max(sinks, length - window - 1), length)]
         )
         repeated = torch.cat([torch.arange(min(sinks, length)), recent])
+        short = length <= sinks + window
+        # the long-stream rule applied to a short stream (no `if length <= ...`)
+        unguarded = torch.cat(
+            [torch.arange(sinks), torch.arange(length - window, length)]
+        )
         mistakes = [
+            Mistake(
+                "short stream not handled",
+                f"a stream of {length} tokens is no longer than sinks + window = "
+                f"{sinks + window}: the cache keeps every token, 0 .. length - 1, each "
+                "once; the first sinks and the last window apply only to longer "
+                "streams.",
+                unguarded,
+            ),
             Mistake(
                 "sinks dropped",
                 f"keep the first {sinks} tokens (the attention sinks) as well as the "
@@ -133,8 +147,12 @@ def check_sink_cache_keep(sink_cache_keep: Callable[..., object]) -> Iterator[Ca
                 right.flip(0),
             ),
         ]
+        if not short or torch.equal(unguarded, right):
+            mistakes = mistakes[1:]
         yield Case(
-            "the first sinks and the last window tokens, in order",
+            "every token, while the stream is no longer than sinks + window"
+            if short
+            else "the first sinks and the last window tokens, in order",
             {"length": length, "sinks": sinks, "window": window},
             right,
             mistakes,
@@ -202,7 +220,7 @@ def check_padding_position_ids(
             ),
         ]
         yield Case(
-            "cumsum(mask) - 1, and 0 at padding",
+            "real tokens numbered 0, 1, ... in each row, 0 at padding",
             {"attention_mask": mask},
             modern.padding_position_ids(mask),
             mistakes,

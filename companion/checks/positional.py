@@ -77,7 +77,7 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> Iterator[Case]
             1e-5,
         ),
         ("matches the formula on a wider table", 40, 16, 1e-5),
-        ("accurate at large positions (form the angles in float64)", 20000, 8, 2e-6),
+        ("accurate at large positions", 20000, 8, 2e-6),
     ]
     for prop, num_positions, dim, atol in cases:
         table = functools.partial(_sinusoid_table, num_positions, dim)
@@ -203,7 +203,7 @@ def check_wavelengths(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
             ),
         ]
         yield Case(
-            "wavelength of pair i is 2*pi * 10000**(2i/D)",
+            "the wavelength of every pair, in positions",
             {"dim": dim},
             positional.sinusoidal_wavelengths(dim),
             mistakes,
@@ -255,7 +255,7 @@ def check_shift_matrix(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
             ),
         ]
         yield Case(
-            "PE(pos + k) = PE(pos) @ T(k) for every pos (block-diagonal rotation)",
+            "PE(pos + k) = PE(pos) @ T(k) for every pos",
             {"k": k, "dim": dim},
             reference,
             mistakes,
@@ -303,7 +303,7 @@ def check_dot_product_curve(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
             ),
         ]
         yield Case(
-            "ψ(k) = sum_i cos(k ω_i), a function of the offset only",
+            "ψ(k) = PE(pos)·PE(pos + k), the same for every pos",
             {"offsets": offsets, "dim": dim},
             reference,
             mistakes,
@@ -363,7 +363,7 @@ def check_shift_recurrence(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
         ]
         inputs = {"pe_pos": pe_pos, "pe_k": pe_k}
         yield Case(
-            "PE(pos+k) from PE(pos) and PE(k): sin(a+b), cos(a+b)",
+            "PE(pos + k) from the rows PE(pos) and PE(k) alone",
             inputs,
             table[2 + k : 20 + k],
             mistakes,

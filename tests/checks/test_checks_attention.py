@@ -288,3 +288,52 @@ def test_attention_names_forgot_at_v(named) -> None:
         return torch.softmax(query @ key.mT / d**0.5, dim=-1)
 
     named(lambda: checks.check_attention(weights_only), "forgot @ v")
+
+
+# ---- issue 37 (D4): natural mistakes in words ------------------------------------------
+
+
+def test_causal_mask_names_the_upper_triangle(named) -> None:
+    err = named(
+        lambda: checks.check_causal_mask(
+            lambda L, S: torch.ones(L, S, dtype=torch.bool).triu()
+        ),
+        "upper triangle (triu instead of tril)",
+    )
+    lines = err._render_traceback_()
+    assert "relative error" not in str(err) and "tolerance" not in str(err)
+    # the 5 x 5 masks drawn side by side, one row per query: expected, then the answer
+    assert lines[2].split() == ["expected", "got"], lines
+    assert lines[3].split() == ["1", ".", ".", ".", ".", "1", "1", "1", "1", "1"]
+    assert lines[7].split() == ["1"] * 5 + [".", ".", ".", ".", "1"]
+    assert len(lines) == 3 + 5
+
+
+def test_an_unnamed_wrong_mask_is_compared_as_booleans() -> None:
+    def one_row_wrong(L, S):
+        mask = torch.ones(L, S, dtype=torch.bool).tril()
+        mask[2, 0] = False
+        return mask
+
+    with pytest.raises(checks.CheckError) as info:
+        checks.check_causal_mask(one_row_wrong)
+    err = info.value
+    assert err.mistake is None
+    assert err.detail == (
+        "1 of 25 entries differ (1 False where True is expected); the first at index "
+        "(2, 0): expected True, got False."
+    )
+    assert "relative error" not in str(err) and "atol" not in str(err)
+    # row 2 of the answer: expected "1 1 1 . .", got ". 1 1 . ."
+    assert err.grid.splitlines()[3].split() == "1 1 1 . . . 1 1 . .".split()
+
+
+def test_masked_attention_names_the_mask_multiplied_into_the_scores(named) -> None:
+    def multiplied(query, key, value, mask):
+        scores = query @ key.mT / math.sqrt(query.shape[-1])
+        return torch.softmax(scores * mask, dim=-1) @ value
+
+    named(
+        lambda: checks.check_masked_attention(multiplied),
+        "mask multiplied into the scores",
+    )

@@ -559,3 +559,144 @@ def test_previews_print_the_first_difference_apart() -> None:
             mistakes=[Mistake("m", "why", got, atol=1e-9, rtol=0)],
         )
     assert named.value.expected != named.value.got
+
+
+# ---- issue 37 (D4): booleans as booleans, numbers as numbers ---------------------------
+
+
+def test_a_boolean_answer_is_compared_exactly_and_drawn_as_a_grid() -> None:
+    expected = torch.eye(3, dtype=torch.bool)
+    with pytest.raises(CheckError) as info:
+        _expect(torch.ones(3, 3, dtype=torch.bool), expected)
+    err = info.value
+    assert err.detail == (
+        "6 of 9 entries differ (6 True where False is expected); the first at index "
+        "(0, 1): expected False, got True."
+    )
+    assert err.grid.splitlines() == [
+        "expected   got",
+        "1 . .      1 1 1",
+        ". 1 .      1 1 1",
+        ". . 1      1 1 1",
+    ]
+    assert err._render_traceback_()[2:] == [f"    {r}" for r in err.grid.splitlines()]
+    # no tolerance applies to booleans: an entry that is 1e-9 off is still equal
+    _expect(expected.double() * (1 + 1e-9), expected)
+
+
+def test_a_large_boolean_answer_is_not_drawn() -> None:
+    expected = torch.zeros(13, 13, dtype=torch.bool)
+    with pytest.raises(CheckError) as info:
+        _expect(torch.ones(13, 13, dtype=torch.bool), expected)
+    assert info.value.grid == "" and len(info.value._render_traceback_()) == 2
+
+
+def test_a_number_reads_expected_and_got_without_shapes_or_indices() -> None:
+    with pytest.raises(CheckError) as info:
+        _expect(11, torch.tensor(9.0, dtype=torch.float64), atol=0.0, rtol=0.0)
+    err = info.value
+    assert err.detail == "expected 9, got 11."
+    assert (err.expected, err.got) == ("9", "11")
+    assert "shape" not in str(err) and "index" not in str(err)
+
+
+def test_whole_numbers_compared_exactly_show_no_tolerance() -> None:
+    with pytest.raises(CheckError) as info:
+        _expect([0, 1, 3], torch.tensor([0, 1, 2]), atol=0.0, rtol=0.0)
+    assert "tolerance" not in info.value.detail and "relative" not in info.value.detail
+    assert "(expected 2, got 3)" in info.value.detail
+
+
+# What a property is called is printed on every failure, so it says *what* is checked,
+# never *how* the solution computes it (s6-ux D4: "N layers reach sum of (W - 1) tokens
+# back", "cumsum(mask) - 1, and 0 at padding" gave the answer away on a first try).
+METHOD_WORDS = re.compile(
+    r"cumsum|sum of \(|running max|subtract the max|float64\)|block-diagonal|"
+    r"sin\(a\+b\)|sum_i cos|2\*pi \* 10000|x layers x|x bytes x"
+)
+
+
+def _properties() -> dict[str, set[str]]:
+    """Every checker's property names, collected by running its cases' generator with
+    the comparison replaced by a recorder (no learner function is called)."""
+    import inspect
+    from unittest import mock
+
+    from companion.checks import _core
+
+    seen: dict[str, set[str]] = {}
+
+    def record(check, fn, case) -> None:
+        seen.setdefault(check, set()).add(case.prop)
+
+    with mock.patch.object(_core, "run_case", record):
+        for name in checks.__all__:
+            fn = getattr(checks, name)
+            if not name.startswith("check_") or name == "check_stablelm_port":
+                continue
+            params = inspect.signature(fn).parameters.values()
+            n = sum(
+                p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params
+            )
+            with mock.patch("builtins.print"):
+                fn(*[lambda *a: None] * n)
+    return seen
+
+
+def test_no_property_name_states_the_method() -> None:
+    props = _properties()
+    assert len(props) >= 40, sorted(props)
+    leaks = [
+        f"{c}: {p!r}" for c, ps in props.items() for p in ps if METHOD_WORDS.search(p)
+    ]
+    assert not leaks, leaks
+    # the two the review quoted, now named by what they check
+    assert props["check_receptive_field"] == {
+        "how many tokens back the top layer reaches"
+    }
+    assert props["check_padding_position_ids"] == {
+        "real tokens numbered 0, 1, ... in each row, 0 at padding"
+    }
+
+
+# ---- issue 37 (D3): a pass from the book's solution cell is the reference's ------------
+
+
+@pytest.fixture
+def shell():
+    """An IPython shell in this process, as a Jupyter kernel runs cells (``In`` holds the
+    running cell's source); cleared afterwards, so ``get_ipython()`` is ``None`` again."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_cell("import torch\nfrom companion import checks")
+    yield ip
+    InteractiveShell.clear_instance()
+
+
+def test_a_pass_from_a_solution_cell_says_reference_solution(shell, capsys) -> None:
+    capsys.readouterr()
+    shell.run_cell(
+        "# Reference solution\n"
+        "def softmax(x, dim):\n"
+        "    return torch.softmax(x, dim=dim)\n\n\n"
+        "checks.check_softmax(softmax)",
+        store_history=True,  # as a kernel runs a cell
+    )
+    # (a terminal shell then prints an empty "Out[n]:"; Jupyter shows nothing)
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "✓ check_softmax (reference solution): all 3 cases pass"
+    )
+
+
+def test_a_pass_from_the_learners_cell_is_the_learners(shell, capsys) -> None:
+    capsys.readouterr()
+    shell.run_cell(
+        "def softmax(x, dim):  # Reference solution, in a comment, is not the mark\n"
+        "    return torch.softmax(x, dim=dim)\n\n\n"
+        "checks.check_softmax(softmax)",
+        store_history=True,
+    )
+    assert (
+        capsys.readouterr().out.splitlines()[0] == "✓ check_softmax: all 3 cases pass"
+    )

@@ -295,3 +295,42 @@ def test_stablelm_third_case_catches_values_hard_coded_from_the_defaults() -> No
         for mistake in ("eps fixed", "theta"):
             got = from_hf(model, port=checks._stablelm_port(mistake))(ids)
             assert (got - want).abs().max() > 1e-3, mistake
+
+
+# ---- issue 37 (D4): natural mistakes in words ------------------------------------------
+
+
+def test_receptive_field_scalar_answer_reads_expected_9_got_11() -> None:
+    with pytest.raises(checks.CheckError) as info:
+        checks.check_receptive_field(lambda w: max(w) * len(w) - 1)
+    first = info.value._render_traceback_()[0]
+    # windows [4, 4, 4] reach 3 + 3 + 3 = 9 back; 4 * 3 - 1 = 11
+    assert first.endswith(": expected 9, got 11."), first
+    assert "shape" not in str(info.value) and "index" not in str(info.value)
+
+
+def unguarded_keep(length, sinks, window):
+    """The long-stream rule with no case for a short stream."""
+    return list(range(sinks)) + list(range(length - window, length))
+
+
+def test_sink_cache_keep_names_the_short_stream(named) -> None:
+    err = named(
+        lambda: checks.check_sink_cache_keep(unguarded_keep), "short stream not handled"
+    )
+    # (12, 4, 8) is exactly sinks + window, where the rule happens to be right; the
+    # first case it fails is (5, 4, 8): 4 sinks plus indices -3 .. 4
+    assert err.inputs == "length=5, sinks=4, window=8", err.inputs
+    assert err.prop == "every token, while the stream is no longer than sinks + window"
+    assert "The shapes differ" not in str(err)
+
+
+def test_the_long_stream_cases_do_not_name_the_short_stream() -> None:
+    def too_many(length, sinks, window):  # right on short streams, wrong on long ones
+        if length <= sinks + window:
+            return list(range(length))
+        return list(range(sinks)) + list(range(length - window - 2, length))
+
+    with pytest.raises(checks.CheckError) as info:
+        checks.check_sink_cache_keep(too_many)
+    assert info.value.mistake != "short stream not handled", str(info.value)
