@@ -9,8 +9,9 @@ needs the later chapter to be understood). Pointers are allowed and listed in
 :data:`POINTERS`, each with the number of such references and the reason it is only a
 pointer; anything else is an explanation, and their number is held at
 :data:`EXPLAINING_FORWARD_REFERENCES` = 0: a concept a chapter uses before its own chapter
-is explained where it is first used (attention in chapter 1's "Attention in one page"; the
-small trained model of chapter 4 in the paragraph that uses it), and the reference to its
+is explained where it is first used (attention in the sinusoidal chapter's "Attention in
+one page"; the small trained model of the position family's chapter in the paragraph that
+uses it), and the reference to its
 own chapter is then a pointer. A new forward reference fails the test until it is
 classified here.
 """
@@ -230,9 +231,10 @@ def test_the_finder_sees_forward_and_not_backward_references() -> None:
 
 
 def test_attention_is_explained_before_the_position_chapters_use_it() -> None:
-    """Chapter 1 opens with the one-page account of attention, before the first section
-    that computes with it, and chapters 2-4, which come before the attention chapter,
-    point to that page in their opening cell."""
+    """The sinusoidal chapter opens with the one-page account of attention, before the
+    first section that computes with it, and the RoPE, context-extension and position-family
+    chapters, which come before the attention chapter, point to that page in their opening
+    cell."""
     chapters = dict(book_chapters())
     first = chapters["01_sinusoidal_encoding"]
     primer = next(i for i, t in enumerate(first) if "(sec-attention-one-page)=" in t)
