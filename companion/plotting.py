@@ -803,7 +803,7 @@ def ratio_bars(
 #: Width in CSS pixels at which the book's column shows a figure on a 390 px phone screen.
 PHONE_COLUMN_PX = 358.0
 #: The smallest text, in CSS pixels, a figure may show at that width.
-MIN_TEXT_PX = 9.0
+MIN_TEXT_PX = 10.0
 
 
 def shown_width(fig: Figure) -> float:
@@ -834,7 +834,7 @@ def readable(
     :math:`f \cdot \text{column\_px} / (72 w)` CSS px, so every text (tick labels, axis
     labels, titles, legends, annotations) is raised to at least
     :math:`\text{min\_px} \cdot 72 w / \text{column\_px}` pt; larger texts are left as
-    they are. A 7-inch figure needs 12.7 pt, a 5-inch one 9.1 pt: narrow figures keep
+    they are. A 7-inch figure needs 14.1 pt, a 5-inch one 10.1 pt: narrow figures keep
     their proportions best. ``w`` is the larger of the crop and the whole figure plus its
     padding, so that a ``tight_layout`` after this call (which spreads the axes to the
     edges) keeps the floor; a text that grows past the edge widens the crop, so ``w`` is

@@ -49,6 +49,7 @@ MODULES = [
     "stability",
     "performance",
     "kernels",
+    "diagrams",
 ]
 
 #: names a message may use for an argument that is not a parameter of the signature
