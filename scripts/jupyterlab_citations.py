@@ -18,7 +18,20 @@ does not belong::
   stylesheet of the book's theme defines it) hides the role in JupyterLab, which shows
   the text.
 
-Authors write plain ``{cite:t}`key``` and run this script (load-modify-save of each
+The same device gives the companion's API roles a short name in JupyterLab. The web
+book's ``{func}`~companion.modern.receptive_field``` shows ``receptive_field()`` (the
+``~`` keeps the last name), which jupyterlab-myst (it knows no Python domain) shows as
+the literal ``~companion.modern.receptive_field``; and the explicit-title form
+``{func}`receptive_field() <companion.modern.receptive_field>``` shows, literally, all of
+it. So each such role gets the web's short name in front of it, as code::
+
+    <span class="d-none">`receptive_field()`</span>
+    <span class="hidden">{func}`~companion.modern.receptive_field`</span>
+
+(again on one line): ``name()`` for ``{func}``/``{meth}``, as Sphinx writes them, and
+``name`` for ``{class}``, ``{data}``, ``{attr}``, ``{mod}``.
+
+Authors write plain ``{cite:t}`key``` and ``{func}`~companion...``` and run this script (load-modify-save of each
 notebook, only the Markdown cells that change); it is idempotent: a wrapped citation
 has its text recomputed (after a change to the .bib file), nothing else moves.
 ``--check`` changes nothing and exits 1 when a citation is unwrapped or its text is
@@ -46,6 +59,32 @@ WRAPPED = re.compile(
     r'<span class="hidden">' + ROLE + "</span>"
 )
 CITATION = re.compile(WRAPPED.pattern + "|" + ROLE.replace("?P<", "?P<bare_"))
+# a role of the companion's API with Sphinx's "~" (last name only)
+API_ROLE = (
+    r"\{(?P<role>func|meth|class|data|attr|mod)\}`~(?P<target>companion\.[\w.]+)`"
+)
+API = re.compile(
+    r'<span class="d-none">`[^`<]*`</span><span class="hidden">'
+    + API_ROLE
+    + "</span>|"
+    + API_ROLE.replace("?P<", "?P<bare_")
+)
+
+
+def short_name(role: str, target: str) -> str:
+    """What Sphinx shows for ``{role}`~target```: the last name, with ``()`` for a
+    function or a method (``add_function_parentheses``, on by default)."""
+    name = target.rsplit(".", 1)[-1]
+    return f"{name}()" if role in ("func", "meth") else name
+
+
+def wrap_api(match: re.Match[str]) -> str:
+    role = match.group("role") or match.group("bare_role")
+    target = match.group("target") or match.group("bare_target")
+    return (
+        f'<span class="d-none">`{short_name(role, target)}`</span>'
+        f'<span class="hidden">{{{role}}}`~{target}`</span>'
+    )
 
 
 class _Builder:
@@ -114,7 +153,8 @@ def _lines(text: str) -> list[str]:
 
 
 def process(path: Path, citations: Citations, *, check: bool) -> int:
-    """Wrap or refresh each citation in ``path``'s Markdown cells; how many changed."""
+    """Wrap or refresh each citation and each ``~companion`` role in ``path``'s
+    Markdown cells; how many changed."""
     raw = path.read_text(encoding="utf-8")
     nb = json.loads(raw)
     changed = 0
@@ -122,19 +162,19 @@ def process(path: Path, citations: Citations, *, check: bool) -> int:
         if cell["cell_type"] != "markdown":
             continue
         old = _source(cell)
-        new = CITATION.sub(citations.wrap, old)
+        new = API.sub(wrap_api, CITATION.sub(citations.wrap, old))
         if new != old:
             changed += sum(
                 a != b
-                for a, b in zip(
-                    CITATION.findall(old), CITATION.findall(new), strict=True
-                )
+                for pattern in (CITATION, API)
+                for a, b in zip(pattern.findall(old), pattern.findall(new), strict=True)
             )
             if not check:
                 src = cell["source"]
                 cell["source"] = new if isinstance(src, str) else _lines(new)
     if changed and not check:
-        text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+        # as nbformat (JupyterLab, nbstripout) writes it, so that saving changes nothing
+        text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
         path.write_text(text, encoding="utf-8")
     return changed
 
@@ -152,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         total += n
         if n:
             verb = "to wrap or refresh" if args.check else "wrapped or refreshed"
-            print(f"{path.name}: {n} citation(s) {verb}")
+            print(f"{path.name}: {n} citation(s) or API role(s) {verb}")
     if args.check and total:
         print("run: python scripts/jupyterlab_citations.py", file=sys.stderr)
         return 1
