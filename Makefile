@@ -65,7 +65,12 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)
 
 # Learners: the same environment, then JupyterLab on the chapters (book/00_environment first).
+# The book's JupyterLab defaults (scripts/jupyterlab_overrides.json: every cell rendered, no
+# windowing that shows raw MyST while scrolling) go where JupyterLab reads an environment's
+# defaults; a learner's own settings still win.
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 lab: venv
+	@mkdir -p $(LAB_SETTINGS) && cp scripts/jupyterlab_overrides.json $(LAB_SETTINGS)/overrides.json
 	$(BIN)/jupyter lab book/
 
 # Chapter outputs depend on companion/ as well as on their own cells, but neither jupyter-cache
