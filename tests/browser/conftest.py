@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import pytest
 
-# test name -> (screen size, rank); test_small_screens_fit_and_navigate takes its size
-# from its ``screen`` parameter.
+# test name -> (screen size, rank); a None size is taken from the test's ``screen``
+# parameter (test_small_screens_fit_and_navigate, test_code_and_outputs_fit_on_a_laptop).
 PAGE_CHECKS = {
     "test_page_reads_offline_and_renders": ("desktop", 0),
     "test_figures_are_sharp_captioned_and_described": ("desktop", 1),
     "test_solution_dropdowns_open_on_click": ("desktop", 2),
     "test_figure_text_is_readable_on_a_phone": ("phone", 0),
     "test_small_screens_fit_and_navigate": (None, 1),
+    "test_code_and_outputs_fit_on_a_laptop": (None, 1),
+    "test_phone_numbers_formulas_names_and_titles": ("phone", 1),
     "test_phone_details": ("phone", 2),
 }
-SCREEN_ORDER = {"desktop": 0, "phone": 1, "tablet": 2}
+SCREEN_ORDER = {"desktop": 0, "phone": 1, "tablet": 2, "wide": 3}
 
 
 def _page_key(item: pytest.Item) -> tuple[str, int, int] | None:

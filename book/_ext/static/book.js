@@ -136,3 +136,211 @@ if (document.readyState === "loading") {
 } else {
   bookPageReady();
 }
+
+// ---- Phones: inline code breaks only between the parts of a name --------------------------
+// `checks.check_receptive_field(receptive_field)` may break before a ".", after a "_", "(", ","
+// or "/" (a path), never inside a word (book.css: overflow-wrap: normal). Code in a table keeps one line.
+function bookCodeBreaks() {
+  document.querySelectorAll("article code.literal").forEach((code) => {
+    if (code.dataset.bookBreaks || code.closest("table, dt.sig")) return;
+    code.dataset.bookBreaks = "1";
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    const texts = [];
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) texts.push(n);
+    for (const node of texts) {
+      const parts = node.textContent.split(/(?<=[_(,/])(?=[\w<*])|(?<=\w)(?=\.\w)/);
+      if (parts.length < 2) continue;
+      const frag = document.createDocumentFragment();
+      parts.forEach((part, i) => {
+        if (i) frag.appendChild(document.createElement("wbr"));
+        frag.appendChild(document.createTextNode(part));
+      });
+      node.replaceWith(frag);
+    }
+  });
+}
+
+// ---- Phones: a number in a table stays whole; a table wider than the screen says so ------
+const BOOK_NUMBER = /[−-]?\d+(?:[.,]\d+)*(?:e[−+-]?\d+)?%?(?:\s*±\s*\d+(?:[.,]\d+)*(?:e[−+-]?\d+)?%?)?(?:\s*\(\d+(?:[.,]\d+)*\s*[–−-]\s*\d+(?:[.,]\d+)*\))?/g;
+function bookTableNumbers() {
+  document.querySelectorAll("article table:not(.indextable) :is(td, th)").forEach((cell) => {
+    if (cell.dataset.bookNumbers) return;
+    cell.dataset.bookNumbers = "1";
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT, {
+      acceptNode: (n) => (n.parentElement.closest("mjx-container, code") ? 2 : 1),
+    });
+    const texts = [];
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) texts.push(n);
+    for (const node of texts) {
+      const text = node.textContent;
+      const found = [...text.matchAll(BOOK_NUMBER)].filter((m) => /[\s–−+-]/.test(m[0].slice(1)));
+      if (!found.length) continue;
+      const frag = document.createDocumentFragment();
+      let at = 0;
+      for (const m of found) {
+        frag.appendChild(document.createTextNode(text.slice(at, m.index)));
+        const span = document.createElement("span");
+        span.className = "book-number";
+        span.textContent = m[0];
+        frag.appendChild(span);
+        at = m.index + m[0].length;
+      }
+      frag.appendChild(document.createTextNode(text.slice(at)));
+      node.replaceWith(frag);
+    }
+  });
+}
+
+// A box that scrolls sideways on purpose (a wide table, a formula that still does not fit)
+// gets a visible label above it.
+function bookLabelScrolling(box, what) {
+  const next = box.previousElementSibling;
+  const has = next && next.classList.contains("book-scroll-hint");
+  const wide = box.scrollWidth > box.clientWidth + 1;
+  if (wide && !has) {
+    const hint = document.createElement("div");
+    hint.className = "book-scroll-hint";
+    hint.textContent = `This ${what} is wider than the screen: swipe it sideways \u2192`;
+    box.before(hint);
+  } else if (!wide && has) {
+    next.remove();
+  }
+}
+function bookLabelTables() {
+  document.querySelectorAll("article table:not(.indextable)").forEach((t) => {
+    bookLabelScrolling(t, "table");
+  });
+}
+
+// ---- Phones: a display formula wider than the screen breaks at its relations -------------
+// MathJax 3 does not break lines. A formula that does not fit is typeset again, for this
+// screen only, with a line per statement (at \qquad) and per relation (=, \le, \approx ...),
+// aligned at the relation; then, if still too wide, with a line per top-level + or -. What
+// still does not fit is shown at up to 20% smaller, and then scrolls in its box, labelled.
+const BOOK_RELATIONS = ["=", "<", ">", "\\le", "\\leq", "\\ge", "\\geq", "\\approx", "\\equiv", "\\ne", "\\neq", "\\sim"];
+function bookSplitTeX(tex) {
+  let body = tex.trim();
+  const split = body.match(/^\\begin\{split\}([\s\S]*)\\end\{split\}$/);
+  if (split) body = split[1].trim();
+  const cuts = [];
+  let depth = 0;
+  for (let i = 0; i < body.length; i++) {
+    const c = body[i];
+    if (c === "\\") {
+      const word = body.slice(i + 1).match(/^[A-Za-z]+|^./)[0];
+      if (word === "left" || word === "begin") depth += 1;
+      else if (word === "right" || word === "end") depth -= 1;
+      else if (depth === 0 && word === "qquad") cuts.push({ at: i, end: i + 7, kind: "stmt" });
+      else if (depth === 0 && BOOK_RELATIONS.includes("\\" + word)) cuts.push({ at: i, kind: "rel" });
+      else if (word === "\\" && depth === 0) return null;  // already broken by the author
+      i += word.length;
+      continue;
+    }
+    if (c === "{" || c === "(" || c === "[") depth += 1;
+    else if (c === "}" || c === ")" || c === "]") depth -= 1;
+    else if (c === "&" ) return null;
+    if (depth < 0) return null;
+    if (depth !== 0) continue;
+    if (c === "=" || c === "<" || c === ">") cuts.push({ at: i, kind: "rel" });
+    else if ((c === "+" || c === "-") && !/[=(,{\[&]$|^$/.test(body.slice(0, i).trimEnd().slice(-1))) {
+      const before = body.slice(0, i).trimEnd();
+      if (!BOOK_RELATIONS.some((r) => before.endsWith(r))) cuts.push({ at: i, kind: "op" });
+    }
+  }
+  if (depth !== 0) return null;
+  // level 0: a line per statement; 1: and per relation; 2: and per top-level + or -.
+  // Lines of a statement are left-aligned, each continuation indented by a \quad.
+  const build = (level) => {
+    const statements = [[]];
+    let at = 0;
+    for (const cut of cuts) {
+      if ((cut.kind === "rel" && level < 1) || (cut.kind === "op" && level < 2)) continue;
+      const rows = statements[statements.length - 1];
+      rows.push(body.slice(at, cut.at));
+      if (cut.kind === "stmt") statements.push([]);
+      at = cut.kind === "stmt" ? cut.end : cut.at;
+    }
+    statements[statements.length - 1].push(body.slice(at));
+    const parts = statements
+      .map((rows) => rows.map((r) => r.trim()).filter((r) => r))
+      .filter((rows) => rows.length)
+      .map((rows) => (rows.length === 1 ? rows[0]
+        : "\\begin{aligned}&" + rows.join("\\\\&\\quad ") + "\\end{aligned}"));
+    if (parts.length === 1) return parts[0];
+    return "\\begin{gathered}" + parts.join("\\\\") + "\\end{gathered}";
+  };
+  const kinds = new Set(cuts.map((c) => c.kind));
+  const tries = [];
+  if (kinds.has("stmt")) tries.push(build(0));
+  if (kinds.has("rel")) tries.push(build(1));
+  if (kinds.has("op")) tries.push(build(2));
+  return tries.filter((t, k) => t && t !== body && tries.indexOf(t) === k);
+}
+
+const bookFitted = [];
+async function bookFitDisplayMath() {
+  if (!(window.MathJax && MathJax.startup && MathJax.typesetPromise)) return;
+  await MathJax.startup.promise;
+  // back to the formulas as written (a turned phone, a wider window)
+  while (bookFitted.length) {
+    const { shown, original } = bookFitted.pop();
+    shown.replaceWith(original);
+  }
+  document.querySelectorAll(".book-math-hint").forEach((h) => h.remove());
+  document.querySelectorAll(".book-math-scrolls").forEach((b) => b.classList.remove("book-math-scrolls"));
+  const narrow = document.documentElement.clientWidth < 720;
+  const items = Array.from(MathJax.startup.document.math).filter(
+    (m) => m.display && m.typesetRoot && m.typesetRoot.isConnected,
+  );
+  for (const item of items) {
+    const root = item.typesetRoot;
+    root.style.fontSize = "";
+    const box = root.closest("div.math") || root.parentElement;
+    const room = box.clientWidth;
+    let shown = root;
+    if (!narrow || root.firstElementChild.getBoundingClientRect().width <= room) continue;
+    for (const tex of bookSplitTeX(item.math) || []) {
+      const holder = document.createElement("span");
+      holder.className = "book-math-broken";
+      holder.textContent = "\\[" + tex + "\\]";
+      shown.replaceWith(holder);
+      if (shown === root) bookFitted.push({ shown: holder, original: root });
+      else bookFitted[bookFitted.length - 1].shown = holder;
+      await MathJax.typesetPromise([holder]);
+      shown = holder;
+      const c = holder.querySelector("mjx-container");
+      if (c && !holder.querySelector("mjx-merror") && c.firstElementChild.getBoundingClientRect().width <= room) break;
+    }
+    const container = shown.matches("mjx-container") ? shown : shown.querySelector("mjx-container");
+    const w = container.firstElementChild.getBoundingClientRect().width;
+    if (w > room) container.style.fontSize = `${Math.max(0.8, room / w) * 100}%`;
+  }
+  document.querySelectorAll('article mjx-container[display="true"]').forEach((c) => {
+    const box = c.closest("div.math") || c;
+    if (box.scrollWidth > box.clientWidth + 1 || c.scrollWidth > c.clientWidth + 1) {
+      box.classList.add("book-math-scrolls");
+      const hint = document.createElement("div");
+      hint.className = "book-scroll-hint book-math-hint";
+      hint.textContent = "This formula is wider than the screen: swipe it sideways \u2192";
+      box.before(hint);
+    }
+  });
+  document.documentElement.dataset.bookMathFitted = "1";
+}
+
+let bookResizeTimer = null;
+function bookPhoneLayout() {
+  bookCodeBreaks();
+  bookTableNumbers();
+  bookLabelTables();
+  bookFitDisplayMath();
+}
+window.addEventListener("resize", () => {
+  clearTimeout(bookResizeTimer);
+  bookResizeTimer = setTimeout(() => { bookLabelTables(); bookFitDisplayMath(); }, 250);
+});
+if (document.readyState === "loading") {
+  document.addEventListener("DOMContentLoaded", bookPhoneLayout);
+} else {
+  bookPhoneLayout();
+}
