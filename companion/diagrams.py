@@ -1,8 +1,10 @@
 r"""Conceptual diagrams for the chapters, drawn from code.
 
 Each function draws one mechanism the book explains (a pair turning in the plane, the
-steps of attention, a cache that rolls) and returns a new :class:`matplotlib.figure.Figure`
-(no pyplot, no global setting). Every number a diagram shows (an angle, a bucket, a
+steps of attention, a cache that rolls) and returns the :class:`matplotlib.figure.Figure` it drew
+on: the empty one it is given (the chapters pass ``fig=plt.figure()``, so that Jupyter
+shows it as it shows every pyplot figure) or a new one, outside pyplot. No diagram
+changes a global setting. Every number a diagram shows (an angle, a bucket, a
 frequency ratio, a weight) is computed by the function of ``companion`` that the chapter
 teaches, so the picture and the package cannot drift: the tests read the numbers back
 from the drawn artists (each carries a ``gid`` such as ``"hand-2"`` or ``"weights-1-0"``)
@@ -59,8 +61,25 @@ _MAX_CELLS = 16  # a row of cells wider than this no longer reads on a phone
 # ---- shared drawing pieces -------------------------------------------------------------
 
 
-def _figure(width: float, height: float) -> Figure:
-    return Figure(figsize=(width, height))
+def _target(fig: object) -> Figure | None:
+    """Check ``fig``: ``None`` or an empty Figure to draw on."""
+    if fig is None:
+        return None
+    _validate.instance("fig", fig, Figure, "a matplotlib Figure or None")
+    if fig.axes or fig.texts or fig.patches or fig.lines:
+        raise ValueError(
+            "fig must be an empty Figure, got a Figure that holds a drawing"
+        )
+    return fig
+
+
+def _figure(width: float, height: float, fig: Figure | None) -> Figure:
+    """``fig`` (checked by :func:`_target`) sized ``width`` x ``height`` inches, or a new
+    Figure of that size: pyplot is never touched here."""
+    if fig is None:
+        return Figure(figsize=(width, height))
+    fig.set_size_inches(width, height)
+    return fig
 
 
 def _blank(ax: Axes) -> Axes:
@@ -149,7 +168,7 @@ def _wrap(angle: float) -> float:
 
 
 def sinusoid_clocks(
-    position: int = 5, *, dim: int = 8, base: float = 10000.0
+    position: int = 5, *, dim: int = 8, base: float = 10000.0, fig: Figure | None = None
 ) -> Figure:
     r"""The sinusoidal encoding of one position as ``dim / 2`` clock hands.
 
@@ -165,11 +184,14 @@ def sinusoid_clocks(
         position: the position drawn, 0 to 10,000.
         dim: the encoding's width, even, 2 to 12 (one clock per pair).
         base: the base of the frequencies, > 1.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``hand-i`` (a line from the centre to the hand's tip),
+        ``fig``, or a new figure. Artists: ``hand-i`` (a line from the centre to the hand's tip),
         ``omega-i`` (the title's text).
     """
+    fig = _target(fig)
     position = _validate.integer("position", position, minimum=0, maximum=10_000)
     dim = _validate.integer("dim", dim, minimum=2, maximum=12)
     if dim % 2:
@@ -178,7 +200,7 @@ def sinusoid_clocks(
     table = sinusoidal_encoding(position + 1, dim, base=base, dtype=torch.float64)
     omega = sinusoidal_frequencies(dim, base=base).double()
     pairs = dim // 2
-    fig = _figure(1.45 * pairs + 0.4, 2.6)
+    fig = _figure(1.45 * pairs + 0.4, 2.6, fig)
     axes = fig.subplots(1, pairs, squeeze=False)[0]
     for i, ax in enumerate(axes):
         ax.add_patch(Circle((0, 0), 1.0, fill=False, color="0.5", lw=1.0))
@@ -228,6 +250,7 @@ def rope_rotation(
     base: float = 10000.0,
     query: Sequence[float] = (1.0, 0.0),
     key: Sequence[float] = (0.7, 0.0),
+    fig: Figure | None = None,
 ) -> Figure:
     r"""One RoPE pair of a query at position ``m`` and a key at position ``n``, turned by
     :math:`m\theta` and :math:`n\theta`, and the same two shifted by ``shift`` positions.
@@ -248,11 +271,14 @@ def rope_rotation(
         base: RoPE's base, > 1.
         query: the query's pair at position 0, two real numbers, not both zero.
         key: the key's pair at position 0, two real numbers, not both zero.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure with two panels. Artists: ``query-k`` and ``key-k`` (lines from the
+        ``fig``, or a new figure with two panels. Artists: ``query-k`` and ``key-k`` (lines from the
         centre to the rotated pair, panel ``k``), ``angle-k`` (the arc's label).
     """
+    fig = _target(fig)
     m = _validate.integer("m", m, minimum=0, maximum=1000)
     n = _validate.integer("n", n, minimum=0, maximum=1000)
     shift = _validate.integer("shift", shift, minimum=0, maximum=1000)
@@ -274,7 +300,7 @@ def rope_rotation(
             raise ValueError(f"{name} must not be the zero pair, got {tuple(value)}")
         pairs[name] = torch.tensor(v, dtype=torch.float64)
     theta = rope_frequencies(head_dim, base=base)[pair : pair + 1].double()
-    fig = _figure(6.0, 3.4)
+    fig = _figure(6.0, 3.4, fig)
     axes = fig.subplots(1, 2)
     for k, (ax, (pm, pn)) in enumerate(
         zip(axes, ((m, n), (m + shift, n + shift)), strict=True)
@@ -328,6 +354,7 @@ def frequency_rescaling(
     base: float = 10000.0,
     factor: float = 4.0,
     original_max_position_embeddings: int = 2048,
+    fig: Figure | None = None,
 ) -> Figure:
     r"""How position interpolation, NTK-aware scaling and YaRN rescale each RoPE pair.
 
@@ -346,11 +373,14 @@ def frequency_rescaling(
         base: RoPE's base, > 1.
         factor: the context-extension factor, > 1.
         original_max_position_embeddings: the training length, >= 1 (YaRN's ramp).
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``wavelength-i``, ``pi-i``, ``ntk-i``, ``yarn-i`` (the
+        ``fig``, or a new figure. Artists: ``wavelength-i``, ``pi-i``, ``ntk-i``, ``yarn-i`` (the
         cells' texts).
     """
+    fig = _target(fig)
     head_dim = _validate.integer("head_dim", head_dim, minimum=4, maximum=24)
     if head_dim % 2:
         raise ValueError(f"head_dim must be an even int, got {head_dim}")
@@ -367,7 +397,7 @@ def frequency_rescaling(
         "yarn": ("YaRN", yarn),
     }  # fmt: skip
     pairs = head_dim // 2
-    fig = _figure(0.62 * pairs + 1.4, 2.9)
+    fig = _figure(0.62 * pairs + 1.4, 2.9, fig)
     ax = _blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     cmap = colormaps["Blues"]
     for i in range(pairs):
@@ -400,7 +430,11 @@ def frequency_rescaling(
 
 
 def t5_bucket_map(
-    *, num_buckets: int = 16, max_distance: int = 64, bidirectional: bool = False
+    *,
+    num_buckets: int = 16,
+    max_distance: int = 64,
+    bidirectional: bool = False,
+    fig: Figure | None = None,
 ) -> Figure:
     r"""Which distances to a key in the past share a T5 bucket.
 
@@ -414,10 +448,13 @@ def t5_bucket_map(
         num_buckets: buckets (of both directions when ``bidirectional``), 4 to 32.
         max_distance: where the last bucket starts, >= the exact buckets.
         bidirectional: the encoder's split of the buckets between past and future.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``bucket-b`` (the text of bucket ``b``'s distances).
+        ``fig``, or a new figure. Artists: ``bucket-b`` (the text of bucket ``b``'s distances).
     """
+    fig = _target(fig)
     num_buckets = _validate.integer("num_buckets", num_buckets, minimum=4, maximum=32)
     bidirectional = _validate.flag("bidirectional", bidirectional)
     per_side = num_buckets // 2 if bidirectional else num_buckets
@@ -431,7 +468,7 @@ def t5_bucket_map(
         max_distance=max_distance,
     )
     found = sorted(set(bucket.tolist()))
-    fig = _figure(0.34 * len(found) + 0.9, 2.9)
+    fig = _figure(0.34 * len(found) + 0.9, 2.9, fig)
     ax = _blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     width, height = 1.0, 2.6
     for x, b in enumerate(found):
@@ -490,7 +527,11 @@ def _matrix(ax: Axes, values: np.ndarray, name: str, title: str, *, masked=None,
 
 
 def attention_pipeline(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    fig: Figure | None = None,
 ) -> Figure:
     r"""Causal scaled dot-product attention of one short sequence, step by step.
 
@@ -508,11 +549,14 @@ def attention_pipeline(
 
     Shape:
         query, key: ``(L, D)``; value: ``(L, D_v)``.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``scores-i-j``, ``masked-i-j``, ``weights-i-j``,
+        ``fig``, or a new figure. Artists: ``scores-i-j``, ``masked-i-j``, ``weights-i-j``,
         ``output-i-j`` (the cells' texts).
     """
+    fig = _target(fig)
     query = _validate.tensor("query", query, dtype="floating", ndim=2, nonempty=True)
     key = _validate.tensor_like("key", key, "query", query, dtype="floating", ndim=2)
     value = _validate.tensor_like("value", value, "query", query, dtype="floating", ndim=2)  # fmt: skip
@@ -527,7 +571,7 @@ def attention_pipeline(
     weights = attention.attention_weights(query, key, is_causal=True)
     output = attention.scaled_dot_product_attention(query, key, value, is_causal=True)
     s = scores.detach().double().numpy()
-    fig = _figure(6.2, 6.6)
+    fig = _figure(6.2, 6.6, fig)
     axes = fig.subplots(2, 2).ravel()
     _matrix(axes[0], s, "scores", "1. scores q·k / √D")
     _matrix(axes[1], s, "masked", "2. causal mask: keys\nafter the query → −∞", masked=visible.numpy())  # fmt: skip
@@ -540,7 +584,9 @@ def attention_pipeline(
     return _finish(fig)
 
 
-def online_softmax(scores: torch.Tensor, *, block_size: int = 3) -> Figure:
+def online_softmax(
+    scores: torch.Tensor, *, block_size: int = 3, fig: Figure | None = None
+) -> Figure:
     r"""The online softmax of one row of scores, streamed in blocks of keys.
 
     The top row holds the scores, grouped into blocks of ``block_size`` keys. Under each
@@ -553,11 +599,14 @@ def online_softmax(scores: torch.Tensor, *, block_size: int = 3) -> Figure:
     Args:
         scores: ``(S,)``, real and finite, 2 <= S <= 12.
         block_size: keys per block, 1 <= block_size <= S.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``score-j``, ``max-b``, ``sum-b``, ``rescale-b`` (block
+        ``fig``, or a new figure. Artists: ``score-j``, ``max-b``, ``sum-b``, ``rescale-b`` (block
         ``b``), ``softmax-j``.
     """
+    fig = _target(fig)
     scores = _validate.tensor("scores", scores, dtype="floating", ndim=1, nonempty=True)
     if not 2 <= scores.numel() <= 12:
         raise ValueError(f"scores must hold 2 to 12 entries, got {scores.numel()}")
@@ -578,7 +627,7 @@ def online_softmax(scores: torch.Tensor, *, block_size: int = 3) -> Figure:
     weights = torch.exp(x - m) / total
     gap = 0.4
     blocks = len(stats)
-    fig = _figure(0.62 * (size + gap * (blocks - 1)) + 0.9, 3.6)
+    fig = _figure(0.62 * (size + gap * (blocks - 1)) + 0.9, 3.6, fig)
     ax = _blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     for b, (start, count, m_b, total_b, factor) in enumerate(stats):
         left = start + gap * b
@@ -608,7 +657,9 @@ def online_softmax(scores: torch.Tensor, *, block_size: int = 3) -> Figure:
 # ---- Chapter 6: where the norm sits ------------------------------------------------------
 
 
-def norm_placement(*, norm_name: str = "LayerNorm") -> Figure:
+def norm_placement(
+    *, norm_name: str = "LayerNorm", fig: Figure | None = None
+) -> Figure:
     r"""The wiring of a Post-LN and a Pre-LN block, side by side.
 
     Post-LN (:class:`companion.norm.PostLNBlock`) computes
@@ -621,12 +672,15 @@ def norm_placement(*, norm_name: str = "LayerNorm") -> Figure:
 
     Args:
         norm_name: the norm's name on the boxes, ``"LayerNorm"`` or ``"RMSNorm"``.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``post-k`` and ``pre-k``, the boxes' texts from the bottom.
+        ``fig``, or a new figure. Artists: ``post-k`` and ``pre-k``, the boxes' texts from the bottom.
     """
+    fig = _target(fig)
     norm_name = _validate.choice("norm_name", norm_name, ("LayerNorm", "RMSNorm"))
-    fig = _figure(5.6, 6.4)
+    fig = _figure(5.6, 6.4, fig)
     ax = _blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     steps = {
         "post": ["attention", "+", norm_name, "MLP", "+", norm_name],
@@ -677,7 +731,7 @@ def _describe(module: nn.Module) -> str:
     return name
 
 
-def model_stack(model: nn.Module) -> Figure:
+def model_stack(model: nn.Module, *, fig: Figure | None = None) -> Figure:
     r"""The layers of a :class:`companion.model.TinyTransformer`, bottom to top.
 
     Read from the model itself: the token embedding (vocabulary × width), the position
@@ -687,11 +741,14 @@ def model_stack(model: nn.Module) -> Figure:
 
     Args:
         model: a :class:`companion.model.TinyTransformer`.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``layer-k``, the boxes' texts from the bottom;
+        ``fig``, or a new figure. Artists: ``layer-k``, the boxes' texts from the bottom;
         ``parameters``, the count.
     """
+    fig = _target(fig)
     from companion.model import TinyTransformer, parameter_count
 
     _validate.instance("model", model, TinyTransformer, "a companion.model.TinyTransformer")  # fmt: skip
@@ -710,7 +767,7 @@ def model_stack(model: nn.Module) -> Figure:
     layers.append((f"final {final}", plotting.scheme_color("layer")))
     layers.append((f"head {model.head.in_features} × {model.head.out_features} → logits", "#eeeeee"))  # fmt: skip
     height = 1.05
-    fig = _figure(4.6, 0.62 * len(layers) * height + 1.0)
+    fig = _figure(4.6, 0.62 * len(layers) * height + 1.0, fig)
     ax = _blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     for k, (text, color) in enumerate(layers):
         y = k * height
@@ -733,6 +790,7 @@ def kv_cache(
     prompt: int = 4,
     window: int | None = None,
     sinks: int = 0,
+    fig: Figure | None = None,
 ) -> Figure:
     r"""The key/value cache while a decoder generates, one row per step.
 
@@ -748,11 +806,14 @@ def kv_cache(
         prompt: tokens of the prompt, processed in one step, 1 to ``length``.
         window: the most recent tokens kept (the new one included), or ``None``.
         sinks: first tokens always kept; needs a ``window``.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``kept-t`` (the row's count), ``cell-t-j`` (the text of
+        ``fig``, or a new figure. Artists: ``kept-t`` (the row's count), ``cell-t-j`` (the text of
         token ``j`` at step ``t``, ``"×"`` when evicted).
     """
+    fig = _target(fig)
     length = _validate.integer("length", length, minimum=2, maximum=_MAX_CELLS)
     prompt = _validate.integer("prompt", prompt, minimum=1, maximum=length)
     window = _validate.optional(_validate.integer, "window", window, minimum=1)
@@ -760,7 +821,7 @@ def kv_cache(
     if sinks and window is None:
         raise ValueError(f"sinks needs a window, got sinks={sinks} and window=None")
     steps = list(range(prompt - 1, length))  # the last token of each step
-    fig = _figure(0.42 * length + 2.2, 0.45 * len(steps) + 1.3)
+    fig = _figure(0.42 * length + 2.2, 0.45 * len(steps) + 1.3, fig)
     ax = _blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     for r, t in enumerate(steps):
         y = len(steps) - 1 - r
@@ -798,7 +859,9 @@ def kv_cache(
     return _finish(fig)
 
 
-def sink_column(length: int = 6, *, sink_score: float = 3.0) -> Figure:
+def sink_column(
+    length: int = 6, *, sink_score: float = 3.0, fig: Figure | None = None
+) -> Figure:
     r"""A sink column: causal attention weights where every query gives key 0 a large
     share.
 
@@ -810,10 +873,13 @@ def sink_column(length: int = 6, *, sink_score: float = 3.0) -> Figure:
     Args:
         length: tokens, 2 to 8.
         sink_score: the score of key 0 for every query, a finite real number.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``weights-i-j`` (the cells' texts).
+        ``fig``, or a new figure. Artists: ``weights-i-j`` (the cells' texts).
     """
+    fig = _target(fig)
     length = _validate.integer("length", length, minimum=2, maximum=8)
     sink_score = _validate.real("sink_score", sink_score)
     query = torch.ones(length, 1, dtype=torch.float64)
@@ -821,7 +887,7 @@ def sink_column(length: int = 6, *, sink_score: float = 3.0) -> Figure:
     key[0, 0] = sink_score  # q . k_0 / sqrt(1) = sink_score, every other score 0
     weights = attention.attention_weights(query, key, is_causal=True)
     visible = attention.causal_mask(length, length).numpy()
-    fig = _figure(0.6 * length + 1.6, 0.6 * length + 1.3)
+    fig = _figure(0.6 * length + 1.6, 0.6 * length + 1.3, fig)
     ax = fig.add_axes((0.2, 0.05, 0.78, 0.78))
     w = weights.numpy().copy()
     _matrix(ax, w, "weights", "", masked=visible, hidden="")
@@ -836,7 +902,7 @@ def sink_column(length: int = 6, *, sink_score: float = 3.0) -> Figure:
 # ---- Chapter 9: multi-head latent attention ---------------------------------------------------
 
 
-def mla_paths(config: object) -> Figure:
+def mla_paths(config: object, *, fig: Figure | None = None) -> Figure:
     r"""Multi-head latent attention's two paths from a token to its keys and values.
 
     The content path compresses the token's input (width ``hidden_size``) to a latent
@@ -851,18 +917,21 @@ def mla_paths(config: object) -> Figure:
         config: a DeepSeek-V3-style configuration with ``hidden_size``,
             ``num_attention_heads``, ``kv_lora_rank``, ``qk_rope_head_dim``,
             ``qk_nope_head_dim``, ``v_head_dim`` and ``num_hidden_layers``.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``input``, ``latent``, ``content-key``, ``value``,
+        ``fig``, or a new figure. Artists: ``input``, ``latent``, ``content-key``, ``value``,
         ``rope-key``, ``score``, ``cache`` (texts).
     """
+    fig = _target(fig)
     fields = ("hidden_size", "num_attention_heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_hidden_layers")  # fmt: skip
     missing = [f for f in fields if not isinstance(getattr(config, f, None), int)]
     if missing:
         raise TypeError(f"config must be a DeepSeek-V3-style config with int fields {', '.join(missing)}, got {_validate.describe(config)}")  # fmt: skip
     c = {f: getattr(config, f) for f in fields}
     per_token = mla.cache_bytes_per_token(config, "mla")
-    fig = _figure(6.4, 4.4)
+    fig = _figure(6.4, 4.4, fig)
     ax = _blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     heads = c["num_attention_heads"]
     _box(ax, 0.0, 0.0, f"input x_t\nwidth {c['hidden_size']}", width=1.7, height=0.9, gid="input")  # fmt: skip
@@ -909,6 +978,7 @@ def attention_tiles(
     *,
     block_size: int = 2,
     is_causal: bool = True,
+    fig: Figure | None = None,
 ) -> Figure:
     r"""The score matrix as FlashAttention walks it: tiles of ``block_size`` queries by
     ``block_size`` keys.
@@ -924,11 +994,14 @@ def attention_tiles(
         key_length: S, 1 to 16.
         block_size: queries and keys per tile, 1 to 8.
         is_causal: mask keys after each query (``top_left`` alignment).
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        A new figure. Artists: ``tile-a-b`` (the text of query block ``a``, key block
+        ``fig``, or a new figure. Artists: ``tile-a-b`` (the text of query block ``a``, key block
         ``b``: ``"full"``, ``"masked"`` or ``"skip"``), ``counts``.
     """
+    fig = _target(fig)
     query_length = _validate.integer("query_length", query_length, minimum=1, maximum=_MAX_CELLS)  # fmt: skip
     key_length = _validate.integer("key_length", key_length, minimum=1, maximum=_MAX_CELLS)  # fmt: skip
     block_size = _validate.integer("block_size", block_size, minimum=1, maximum=8)
@@ -940,7 +1013,7 @@ def attention_tiles(
     )
     rows = math.ceil(query_length / block_size)
     cols = math.ceil(key_length / block_size)
-    fig = _figure(0.55 * key_length + 2.0, 0.55 * query_length + 1.6)
+    fig = _figure(0.55 * key_length + 2.0, 0.55 * query_length + 1.6, fig)
     ax = _blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     counts = {"full": 0, "masked": 0, "skip": 0}
     colours = {"full": _KEY, "masked": plotting.scheme_color("pi"), "skip": "white"}

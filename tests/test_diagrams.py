@@ -380,6 +380,21 @@ def test_tiles_are_full_masked_or_skipped_as_the_causal_mask_says(
     assert first == f"{counts['full']} full, {counts['masked']} masked, {counts['skip']} skipped"  # fmt: skip
 
 
+@pytest.mark.parametrize("name", sorted(diagrams.__all__))
+def test_diagram_draws_on_the_empty_figure_it_is_given(name: str) -> None:
+    """The chapters pass plt.figure(); here a Figure outside pyplot stands for it."""
+    target = Figure()
+    args = {
+        "attention_pipeline": _qkv(),
+        "online_softmax": (ROW,),
+        "model_stack": (_tiny(),),
+        "mla_paths": (_V3(),),
+    }.get(name, ())
+    fig = getattr(diagrams, name)(*args, fig=target)
+    assert fig is target and fig.axes
+    assert fig.get_figwidth() == pytest.approx(DIAGRAMS[name]().get_figwidth())
+
+
 def test_diagrams_touch_no_global_setting() -> None:
     before = dict(matplotlib.rcParams)
     for draw in DIAGRAMS.values():
@@ -393,6 +408,18 @@ Q, K, V = _qkv()
 
 # (public name, thunk, exception, regex the message must match)
 BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
+    (
+        "sinusoid_clocks",
+        lambda: diagrams.sinusoid_clocks(fig=Figure().subplots()),
+        TypeError,
+        r"^fig must be a matplotlib Figure or None, got a Axes$",
+    ),
+    (
+        "norm_placement",
+        lambda: diagrams.norm_placement(fig=diagrams.norm_placement()),
+        ValueError,
+        r"^fig must be an empty Figure, got a Figure that holds a drawing$",
+    ),
     (
         "sinusoid_clocks",
         lambda: diagrams.sinusoid_clocks(-1),

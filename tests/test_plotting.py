@@ -773,7 +773,9 @@ def test_every_figure_of_the_book_is_raised_to_the_phone_floor(
     shows at >= MIN_TEXT_PX CSS px on a 390 px phone (tests above); a diagram of
     companion.diagrams does so itself (tests/test_diagrams.py). The built SVGs are
     measured in a browser by tests/browser/test_site.py."""
-    if re.search(r"plt\.(subplots|figure)\(", code):
+    if re.search(r"plt\.(subplots|figure)\(", code) and not re.search(
+        r"\bdiagrams\.\w+\(", code
+    ):
         assert "plotting.readable(" in code, (
             f"{notebook} cell {cell_id} draws a figure without plotting.readable"
         )
