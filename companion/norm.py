@@ -395,20 +395,25 @@ class BatchNorm(nn.Module):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
 
 
-class LayerNorm(nn.Module):
-    r"""Thin module around :func:`layer_norm`, like :class:`torch.nn.LayerNorm`.
-
-    Args:
-        normalized_shape: trailing shape to normalize over.
-        eps: see :func:`layer_norm`.
-        bias: learn a shift :math:`\beta` (the gain is always learned).
+_NORM_MODULE_DOC = """
         device: where to create the parameters.
         dtype: dtype of the parameters.
 
     Shape:
         - input: ``(..., *normalized_shape)``
         - output: same as input
-    """
+"""  # the end of LayerNorm's and RMSNorm's docstrings: one interface, one text
+
+
+class LayerNorm(nn.Module):
+    r"""Thin module around :func:`layer_norm`, like :class:`torch.nn.LayerNorm`.
+
+    Args:
+        normalized_shape: trailing shape to normalize over.
+        eps: see :func:`layer_norm`.
+        bias: learn a shift :math:`\beta` (the gain is always learned)."""
+
+    __doc__ = (__doc__ or "") + _NORM_MODULE_DOC  # device, dtype, shapes: as RMSNorm
 
     def __init__(
         self,
@@ -451,14 +456,9 @@ class RMSNorm(nn.Module):
         normalized_shape: trailing shape to normalize over.
         eps: see :func:`rms_norm` (default ``1e-6``, as Hugging Face LLaMA; not
             torch's).
-        variant: ``"torch"``, ``"llama"`` or ``"gemma"``, see :func:`rms_norm`.
-        device: where to create the parameter.
-        dtype: dtype of the parameter.
+        variant: ``"torch"``, ``"llama"`` or ``"gemma"``, see :func:`rms_norm`."""
 
-    Shape:
-        - input: ``(..., *normalized_shape)``
-        - output: same as input
-    """
+    __doc__ = (__doc__ or "") + _NORM_MODULE_DOC  # device, dtype, shapes: as LayerNorm
 
     def __init__(
         self,
@@ -518,6 +518,19 @@ def mlp(dim: int, hidden: int | None = None) -> torch.nn.Sequential:
     return nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
 
 
+_BLOCK_DOC = """
+
+    Args:
+        dim: model width ``D`` (checked against the input's last dim).
+        sublayer: the module :math:`F`, ``(..., D) -> (..., D)``.
+        norm: the normalization module.
+
+    Shape:
+        - input: ``(..., D)``
+        - output: same as input
+"""  # the end of both blocks' docstrings: one interface, one text
+
+
 class _ResidualBlock(nn.Module):
     """What Pre-LN and Post-LN blocks share: a sublayer, a norm and the model width."""
 
@@ -563,17 +576,9 @@ class PreLNBlock(_ResidualBlock):
     divides by a residual stream that grows with depth, so the last blocks' gradients
     shrink as the stack deepens (Xiong et al., 2020; the chapter on normalization
     measures it). GPT-2, LLaMA and most recent models use this placement (with one more
-    norm after the last block, see :func:`residual_stack`).
+    norm after the last block, see :func:`residual_stack`)."""
 
-    Args:
-        dim: model width ``D`` (checked against the input's last dim).
-        sublayer: the module :math:`F`, ``(..., D) -> (..., D)``.
-        norm: the normalization module.
-
-    Shape:
-        - input: ``(..., D)``
-        - output: same as input
-    """
+    __doc__ = (__doc__ or "") + _BLOCK_DOC  # dim, sublayer, norm, shapes: one text
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return ``x + sublayer(norm(x))``."""
@@ -592,17 +597,9 @@ class PostLNBlock(_ResidualBlock):
     amplification instead: each block depends heavily on its own branch, so small
     parameter changes add up to a large change of the output (an Adam step has the
     same size whatever the gradient's; the chapter on normalization measures both, the
-    capstone trains with and without warm-up).
+    capstone trains with and without warm-up)."""
 
-    Args:
-        dim: model width ``D`` (checked against the input's last dim).
-        sublayer: the module :math:`F`, ``(..., D) -> (..., D)``.
-        norm: the normalization module.
-
-    Shape:
-        - input: ``(..., D)``
-        - output: same as input
-    """
+    __doc__ = (__doc__ or "") + _BLOCK_DOC  # dim, sublayer, norm, shapes: one text
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return ``norm(x + sublayer(x))``."""
