@@ -224,6 +224,21 @@ class NotAttempted(Exception):
     """The learner's function is still the exercise's stub."""
 
 
+def _known(
+    mistake: Mistake, check: str, prop: str, where: str, **shown: str
+) -> CheckError:
+    """The error for an answer that matches ``mistake``: its name and explanation,
+    with ``shown`` (``expected``, ``got``, ``grid``) as :class:`CheckError` takes them."""
+    return CheckError(
+        check,
+        prop,
+        where,
+        f'This is the known mistake "{mistake.name}": {mistake.explanation}',
+        mistake=mistake.name,
+        **shown,
+    )
+
+
 # ---- describing values ---------------------------------------------------------------
 
 
@@ -471,15 +486,13 @@ def expect_close(
                 m_atol,
                 m_rtol,
             ):
-                raise CheckError(
+                raise _known(
+                    mistake,
                     check,
                     prop,
                     where,
-                    f'This is the known mistake "{mistake.name}": '
-                    f"{mistake.explanation}",
                     expected=f"shape {tuple(expected.shape)}",
                     got=f"shape {tuple(tensor.shape)}",
-                    mistake=mistake.name,
                 )
         raise CheckError(
             check,
@@ -535,15 +548,13 @@ def expect_close(
             wrong = as_tensor(mistake.output)
             if wrong is not None and wrong.shape == tensor.shape:
                 if torch.equal(wrong.detach().to("cpu") != 0, tensor.detach() != 0):
-                    raise CheckError(
+                    raise _known(
+                        mistake,
                         check,
                         prop,
                         where,
-                        f'This is the known mistake "{mistake.name}": '
-                        f"{mistake.explanation}",
                         expected=wrong_mask.expected,
                         got=wrong_mask.got,
-                        mistake=mistake.name,
                         grid=wrong_mask.grid,
                     )
         raise wrong_mask
@@ -580,14 +591,13 @@ def expect_close(
             got64, wrong.detach().to("cpu", torch.float64), m_atol, m_rtol
         ):
             start = first - 1 if first else 0
-            raise CheckError(
+            raise _known(
+                mistake,
                 check,
                 prop,
                 where,
-                f'This is the known mistake "{mistake.name}": {mistake.explanation}',
                 expected=_shown(expected, digits, start=start),
                 got=_shown(tensor, digits, start=start),
-                mistake=mistake.name,
             )
     relative = f"{abs(g - e) / abs(e):.2g}" if e != 0 else "inf"
     if exp64.ndim == 0:  # a number: "expected 9, got 11", no shapes or indices

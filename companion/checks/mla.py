@@ -13,6 +13,14 @@ from companion.checks._core import Case, Mistake, checker, f64
 __all__ = ["check_absorbed_scores", "check_mla_cache_bytes"]
 
 
+# the cases of check_mla_cache_bytes: (layers, heads, r, d_R, bytes, tokens)
+_CACHE_CASES = (
+    (61, 128, 512, 64, 2, 1),  # DeepSeek-V3 (HF's DeepseekV3Config defaults)
+    (61, 128, 512, 64, 4, 4096),  # the same at 4096 tokens in float32
+    (3, 4, 8, 4, 8, 10),  # a small one
+)
+
+
 @checker
 def check_mla_cache_bytes(mla_cache_bytes: Callable[..., object]) -> Iterator[Case]:
     r"""Check ``mla_cache_bytes(num_layers, num_heads, kv_lora_rank, qk_rope_head_dim,
@@ -27,13 +35,7 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., object]) -> Iterator[Ca
     Args:
         mla_cache_bytes: a function of six ints returning the number of bytes.
     """
-    # (layers, heads, r, d_R, bytes, tokens): DeepSeek-V3 (HF's DeepseekV3Config
-    # defaults), the same at 4096 tokens in float32, a small one
-    for layers, heads, r, dr, size, tokens in (
-        (61, 128, 512, 64, 2, 1),
-        (61, 128, 512, 64, 4, 4096),
-        (3, 4, 8, 4, 8, 10),
-    ):
+    for layers, heads, r, dr, size, tokens in _CACHE_CASES:
         per = layers * size * tokens
         yield Case(
             f"bytes MLA caches for {tokens} tokens",

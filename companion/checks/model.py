@@ -60,14 +60,10 @@ def check_lag_targets(lag_targets: Callable[..., torch.Tensor]) -> Iterator[Case
                 _lag(tokens, lag + 1),
             ),
         ]
+        prop = f"target at t is the token at t - lag, -100 for t < lag (lag={lag})"
+        inputs = {"tokens": tokens, "lag": lag}
         yield Case(
-            f"target at t is the token at t - lag, -100 for t < lag (lag={lag})",
-            {"tokens": tokens, "lag": lag},
-            _lag(tokens, lag),
-            mistakes,
-            atol=0.0,
-            rtol=0.0,
-            integer=True,
+            prop, inputs, _lag(tokens, lag), mistakes, atol=0.0, rtol=0.0, integer=True
         )
 
 

@@ -202,9 +202,11 @@ def check_wavelengths(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
                 (2.0 * torch.pi / omega).repeat_interleave(2),
             ),
         ]
+        prop = "the wavelength of every pair, in positions"
+        inputs = {"dim": dim}
         yield Case(
-            "the wavelength of every pair, in positions",
-            {"dim": dim},
+            prop,
+            inputs,
             positional.sinusoidal_wavelengths(dim),
             mistakes,
             atol=0.0,
@@ -254,14 +256,9 @@ def check_shift_matrix(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
                 torch.diag(pe_k),
             ),
         ]
-        yield Case(
-            "PE(pos + k) = PE(pos) @ T(k) for every pos",
-            {"k": k, "dim": dim},
-            reference,
-            mistakes,
-            atol=1e-6,
-            rtol=1e-5,
-        )
+        prop = "PE(pos + k) = PE(pos) @ T(k) for every pos"
+        inputs = {"k": k, "dim": dim}
+        yield Case(prop, inputs, reference, mistakes, atol=1e-6, rtol=1e-5)
 
 
 @checker
@@ -302,14 +299,9 @@ def check_dot_product_curve(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
                 reference / (dim / 2),
             ),
         ]
-        yield Case(
-            "ψ(k) = PE(pos)·PE(pos + k), the same for every pos",
-            {"offsets": offsets, "dim": dim},
-            reference,
-            mistakes,
-            atol=1e-6,
-            rtol=1e-6,
-        )
+        prop = "ψ(k) = PE(pos)·PE(pos + k), the same for every pos"
+        inputs = {"offsets": offsets, "dim": dim}
+        yield Case(prop, inputs, reference, mistakes, atol=1e-6, rtol=1e-6)
 
 
 def _interleave(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -398,11 +390,8 @@ def check_normalized_positions(fn: Callable[..., torch.Tensor]) -> Iterator[Case
                 (pos + 1) / num_positions,
             ),
         ]
+        prop = "PE(pos) = pos / (L - 1): 0 for the first token, 1 for the last"
+        inputs = {"num_positions": num_positions}
         yield Case(
-            "PE(pos) = pos / (L - 1): 0 for the first token, 1 for the last",
-            {"num_positions": num_positions},
-            pos / (num_positions - 1),
-            mistakes,
-            atol=1e-6,
-            rtol=1e-6,
+            prop, inputs, pos / (num_positions - 1), mistakes, atol=1e-6, rtol=1e-6
         )

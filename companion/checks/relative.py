@@ -272,28 +272,26 @@ def check_decay_sum(decay_sum: Callable[..., object]) -> Iterator[Case]:
         theta = rope_frequencies(head_dim, base=base)
         angles = m[:, None] * theta
         all_d = base ** (-torch.arange(head_dim, dtype=torch.float64) / head_dim)
-        yield Case(
-            f"B(m) for D = {head_dim}, b = {base:g}, m = 0..{count - 1}",
-            {"offsets": m, "head_dim": head_dim, "base": base},
-            rope_variants.rope_decay_sum(m, head_dim, base=base),
-            [
-                Mistake(
-                    "sine in place of cosine",
-                    "the score of q = k = 1 at offset m is the sum of cos(m theta_i): "
-                    "B(0) = D/2.",
-                    angles.sin().sum(dim=-1),
-                ),
-                Mistake(
-                    "averaged over the pairs",
-                    "B(m) is the sum over the D/2 pairs, not the mean (B(0) = D/2).",
-                    angles.cos().mean(dim=-1),
-                ),
-                Mistake(
-                    "sum over D frequencies",
-                    "there are D/2 pairs, theta_i = b^(-2i/D) for i < D/2.",
-                    (m[:, None] * all_d).cos().sum(dim=-1),
-                ),
-            ],
-            atol=2e-3,  # a float32 answer is correct (4.5e-4 off at m = 3535)
-            rtol=0.0,
-        )
+        mistakes = [
+            Mistake(
+                "sine in place of cosine",
+                "the score of q = k = 1 at offset m is the sum of cos(m theta_i): "
+                "B(0) = D/2.",
+                angles.sin().sum(dim=-1),
+            ),
+            Mistake(
+                "averaged over the pairs",
+                "B(m) is the sum over the D/2 pairs, not the mean (B(0) = D/2).",
+                angles.cos().mean(dim=-1),
+            ),
+            Mistake(
+                "sum over D frequencies",
+                "there are D/2 pairs, theta_i = b^(-2i/D) for i < D/2.",
+                (m[:, None] * all_d).cos().sum(dim=-1),
+            ),
+        ]
+        prop = f"B(m) for D = {head_dim}, b = {base:g}, m = 0..{count - 1}"
+        inputs = {"offsets": m, "head_dim": head_dim, "base": base}
+        reference = rope_variants.rope_decay_sum(m, head_dim, base=base)
+        # atol: a float32 answer is correct (4.5e-4 off at m = 3535)
+        yield Case(prop, inputs, reference, mistakes, atol=2e-3, rtol=0.0)
