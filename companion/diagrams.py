@@ -589,12 +589,12 @@ def online_softmax(
 ) -> Figure:
     r"""The online softmax of one row of scores, streamed in blocks of keys.
 
-    The top row holds the scores, grouped into blocks of ``block_size`` keys. Under each
-    block: the running maximum :math:`m` and running sum
-    :math:`\ell = \sum_j e^{x_j - m}` over every key seen so far, and the factor
-    :math:`e^{m_\text{old} - m}` that rescales the old sum when the block raises the
-    maximum. The bottom row holds :math:`e^{x_j - m}/\ell` with the final :math:`m` and
-    :math:`\ell`: the softmax, which the tests compare with :func:`torch.softmax`.
+    One row per block of ``block_size`` keys: the block's scores; the running maximum
+    :math:`m` and running sum :math:`\ell = \sum_j e^{x_j - m}` over every key seen so far,
+    with the factor :math:`e^{m_\text{old} - m}` that rescaled the old sum when the block
+    raised the maximum; and, on the right, :math:`e^{x_j - m}/\ell` for the block's keys
+    with the final :math:`m` and :math:`\ell`: the softmax, which the tests compare with
+    :func:`torch.softmax`.
 
     Args:
         scores: ``(S,)``, real and finite, 2 <= S <= 12.
@@ -625,32 +625,34 @@ def online_softmax(
         stats.append((start, block.numel(), m_new, total, factor))
         m = m_new
     weights = torch.exp(x - m) / total
-    gap = 0.4
+    # one row per block, so that the width does not grow with the row's length
+    bs, row_h = block_size, 1.5
     blocks = len(stats)
-    fig = _figure(0.62 * (size + gap * (blocks - 1)) + 0.9, 3.6, fig)
+    soft = bs + 3.6  # where the softmax cells start
+    fig = _figure(0.45 * (soft + bs) + 0.5, 0.45 * row_h * blocks + 1.1, fig)
     ax = _blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     for b, (start, count, m_b, total_b, factor) in enumerate(stats):
-        left = start + gap * b
-        for j in range(start, start + count):
-            _cell(ax, j + gap * b, 3.0, f"{x[j].item():.1f}", gid=f"score-{j}", color="0.95")  # fmt: skip
-            _cell(ax, j + gap * b, 0.0, f"{weights[j].item():.2f}", gid=f"softmax-{j}",
-                  color=colormaps["Blues"](0.1 + 0.6 * weights[j].item()))  # fmt: skip
-        ax.add_patch(Rectangle((left - 0.08, 2.92), count + 0.16, 1.16, fill=False, edgecolor=_QUERY, lw=1.8))  # fmt: skip
-        centre = left + count / 2
-        ax.text(centre, 2.55, f"m = {m_b:.1f}", ha="center", va="center", fontsize=_FONT, gid=f"max-{b}")  # fmt: skip
-        ax.text(centre, 1.9, f"ℓ = {total_b:.2f}", ha="center", va="center", fontsize=_FONT, gid=f"sum-{b}")  # fmt: skip
+        y = -b * row_h
+        for k, j in enumerate(range(start, start + count)):
+            _cell(ax, k, y, f"{x[j].item():.1f}", gid=f"score-{j}", color="0.95")
+            shade = colormaps["Blues"](0.1 + 0.6 * weights[j].item())
+            _cell(ax, soft + k, y, f"{weights[j].item():.2f}", gid=f"softmax-{j}", color=shade)  # fmt: skip
+        ax.add_patch(Rectangle((-0.06, y - 0.06), count + 0.12, 1.12, fill=False, edgecolor=_QUERY, lw=1.6))  # fmt: skip
+        ax.text(bs + 0.25, y + 0.75, f"m = {m_b:.1f}", ha="left", va="center", fontsize=_FONT, gid=f"max-{b}")  # fmt: skip
+        ax.text(bs + 0.25, y + 0.25, f"ℓ = {total_b:.2f}", ha="left", va="center", fontsize=_FONT, gid=f"sum-{b}")  # fmt: skip
         if b:
-            ax.text(left - gap / 2, 1.35, f"×{factor:.2g}", ha="center", va="center", fontsize=_FONT, gid=f"rescale-{b}", color=_QUERY)  # fmt: skip
-    ax.text(-0.15, 3.5, "scores", ha="right", va="center", fontsize=_FONT)
-    ax.text(-0.15, 2.2, "after\nthe block", ha="right", va="center", fontsize=_FONT)
-    ax.text(-0.15, 0.5, "softmax", ha="right", va="center", fontsize=_FONT)
+            ax.text(bs + 0.25, y + 1.25, f"×{factor:.2g}", ha="left", va="center", fontsize=_FONT, gid=f"rescale-{b}", color=_QUERY)  # fmt: skip
+    top = 1.5
+    ax.text(bs / 2, top, f"scores, {bs} per block", ha="center", va="bottom", fontsize=_FONT)  # fmt: skip
+    ax.text(bs + 0.25, top, "after it", ha="left", va="bottom", fontsize=_FONT)
+    ax.text(soft + bs / 2, top, "softmax", ha="center", va="bottom", fontsize=_FONT)
     ax.text(
-        (size + gap * (blocks - 1)) / 2, 4.35,
-        f"blocks of {block_size} keys; ×: old ℓ rescaled by e^(m_old − m)",
-        ha="center", va="bottom", fontsize=_FONT,
+        (soft + bs) / 2, -(blocks - 1) * row_h - 0.3,
+        "red ×: the old ℓ rescaled by e^(m_old − m)",
+        ha="center", va="top", fontsize=_FONT, color=_QUERY,
     )  # fmt: skip
-    ax.set_xlim(-1.9, size + gap * (blocks - 1) + 0.1)
-    ax.set_ylim(-0.2, 4.9)
+    ax.set_xlim(-0.2, soft + bs + 0.1)
+    ax.set_ylim(-(blocks - 1) * row_h - 1.0, top + 0.6)
     return _finish(fig)
 
 
