@@ -506,28 +506,24 @@ class MLABlock(DecoderBlock):
     # -- the two paths ---------------------------------------------------------------
 
     def attention_naive(
-        self,
-        x: Tensor,
-        rope: tuple[Tensor, Tensor],
-        mask: Tensor,
-        past: tuple[Tensor] | None = None,
-    ) -> tuple[Tensor, tuple[Tensor]]:
+        self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, mask: Tensor
+    ) -> Tensor:
         r"""MLA by up-projecting the cache: per-head keys ``[c W_UK,h, k^R]`` and values
         ``c W_UV,h`` for all ``S`` tokens, then ordinary attention (Hugging Face's
         order of operations).
 
         Args:
-            x: the normalized input ``(B, L, E)``.
-            rope: ``(cos, sin)``, each ``(B, L, qk_rope_head_dim / 2)``.
+            q_nope: the queries' content part ``(B, H, L, qk_nope_head_dim)``.
+            q_rope: their rotated part ``(B, H, L, d_R)``.
+            latent: the cache ``(B, 1, S, r + d_R)``: latents ``c``, then the rotated
+                shared key ``k^R``.
             mask: additive float mask ``(B, 1, L, S)`` (see
                 :class:`~companion.decoder.DecoderBlock`).
-            past: ``None`` or this layer's cache ``((B, 1, S - L, r + d_R),)``.
 
         Returns:
-            ``(out, present)``: ``(B, L, E)`` and the cache ``((B, 1, S, r + d_R),)``.
+            Each head's output ``(B, H, L, v_head_dim)``, before ``o_proj``.
         """
         s = self.spec
-        q_nope, q_rope, latent = self._queries_and_latents(x, rope, past)
         B, _, S, _ = latent.shape
         H, r, dn = s.num_heads, s.kv_lora_rank, s.qk_nope_head_dim
         kv = self.kv_b_proj(latent[:, 0, :, :r]).view(B, S, H, dn + s.v_head_dim)
@@ -535,16 +531,11 @@ class MLABlock(DecoderBlock):
         k_rope = latent[..., r:].expand(B, H, S, s.qk_rope_head_dim)  # shared by all
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, H, L, dn + dR)
         k = torch.cat((k_nope, k_rope), dim=-1)  # (B, H, S, dn + dR)
-        out = scaled_dot_product_attention(q, k, v, mask=mask, scale=self.scale)
-        return self._output(out), (latent,)
+        return scaled_dot_product_attention(q, k, v, mask=mask, scale=self.scale)
 
     def attention_absorbed(
-        self,
-        x: Tensor,
-        rope: tuple[Tensor, Tensor],
-        mask: Tensor,
-        past: tuple[Tensor] | None = None,
-    ) -> tuple[Tensor, tuple[Tensor]]:
+        self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, mask: Tensor
+    ) -> Tensor:
         r"""MLA on the latent cache directly: ``W_UK`` absorbed into the query,
         ``W_UV`` applied after the softmax.
 
@@ -553,10 +544,9 @@ class MLABlock(DecoderBlock):
         cache ``[c, k^R]`` as one key head (multi-query attention, no key or value ever
         formed per head) with the latents :math:`c` as values; the weighted latent of
         head :math:`h` is then multiplied by :math:`W_{UV,h}^\top` and goes into
-        ``o_proj``. Same arguments, results and cache as :meth:`attention_naive`.
+        ``o_proj``. Same arguments and results as :meth:`attention_naive`.
         """
         s = self.spec
-        q_nope, q_rope, latent = self._queries_and_latents(x, rope, past)
         B, H, L, _ = q_nope.shape
         r = s.kv_lora_rank
         w_uk, w_uv = self._up()  # (H, dn, r), (H, dv, r)
@@ -571,8 +561,7 @@ class MLABlock(DecoderBlock):
         value = latent[..., :r]  # (B, 1, S, r): the latents c
         o = scaled_dot_product_attention(q, key, value, mask=mask, scale=self.scale)
         o = o.view(B, H, L, r)  # each head's weighted latent
-        out = torch.einsum("bhlr,hvr->bhlv", o, w_uv)  # (B, H, L, dv)
-        return self._output(out), (latent,)
+        return torch.einsum("bhlr,hvr->bhlv", o, w_uv)  # (B, H, L, dv)
 
     def attention(
         self,
@@ -581,10 +570,23 @@ class MLABlock(DecoderBlock):
         mask: Tensor | None,
         past: tuple[Tensor] | None,
     ) -> tuple[Tensor, tuple[Tensor]]:
-        """:meth:`attention_absorbed` if ``absorbed``, else :meth:`attention_naive`."""
-        if self.absorbed:
-            return self.attention_absorbed(x, rope, mask, past)
-        return self.attention_naive(x, rope, mask, past)
+        """The queries and the latent cache, then :meth:`attention_absorbed` if
+        ``absorbed``, else :meth:`attention_naive`, then ``o_proj``.
+
+        Args:
+            x: the normalized input ``(B, L, E)``.
+            rope: ``(cos, sin)``, each ``(B, L, qk_rope_head_dim / 2)``.
+            mask: additive float mask ``(B, 1, L, S)`` (see
+                :class:`~companion.decoder.DecoderBlock`).
+            past: ``None`` or this layer's cache ``((B, 1, S - L, r + d_R),)``.
+
+        Returns:
+            ``(out, present)``: ``(B, L, E)`` and the cache ``((B, 1, S, r + d_R),)``.
+        """
+        q_nope, q_rope, latent = self._queries_and_latents(x, rope, past)
+        path = self.attention_absorbed if self.absorbed else self.attention_naive
+        out = path(q_nope, q_rope, latent, mask)  # (B, H, L, dv)
+        return self._output(out), (latent,)
 
     def _apply(self, fn, recurse: bool = True):
         """``to(dtype)`` and friends, keeping the router's correction bias in at least
