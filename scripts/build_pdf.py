@@ -160,6 +160,53 @@ MAKE_BOOK = r"""(book) => {
         chapters.unshift({doc: book.root, section: rootSpan, part: null, marker: rootSpan});
     }
 
+    // ---- the API reference prints its input contract (a row per public function: what
+    // it accepts, when it refuses), not the generated docstrings: those were 149 of 473
+    // pages (review s6-ux m3) and stay on the web page and in help(). Links to a dropped
+    // docstring lead to its module's table of the contract.
+    const api = chapters.find((c) => c.doc === book.api);
+    if (api) {
+        const heads = new Map();
+        for (const h of api.section.querySelectorAll('section section > :is(h3, h4, h5)')) {
+            const name = text(h);
+            if (/^companion(\.\w+)*$/.test(name) && h.parentElement.id) {
+                heads.set(name, h.parentElement.id);
+            }
+        }
+        const contract = api.section.querySelector('#the-input-contract')
+            || api.section.querySelector(':scope > section');
+        const gone = new Map();
+        for (const sub of Array.from(api.section.querySelectorAll(':scope > section'))) {
+            if (!sub.querySelector('dl.py')) continue;
+            for (const el of [sub, ...sub.querySelectorAll('[id]')]) {
+                let name = el.id.replace(/^module-/, '');
+                while (name && !heads.has(name)) {
+                    name = name.includes('.') ? name.slice(0, name.lastIndexOf('.')) : '';
+                }
+                gone.set(el.id, name ? heads.get(name) : contract.id);
+            }
+            sub.remove();
+            stats.apiSectionsDropped = (stats.apiSectionsDropped || 0) + 1;
+        }
+        stats.apiRetargeted = 0;
+        for (const a of Array.from(article.querySelectorAll('a[href*="#"]'))) {
+            const fragment = decodeURIComponent(a.getAttribute('href').split('#')[1]);
+            if (gone.has(fragment)) {
+                a.setAttribute('href', '#' + gone.get(fragment));
+                stats.apiRetargeted += 1;
+            }
+        }
+        const note = document.createElement('p');
+        note.className = 'book-api-note';
+        note.textContent = 'In this printed book the reference is the input contract below: '
+            + 'every public function of the package with the arguments it accepts and '
+            + 'when it refuses a value. Every signature and docstring is on the web '
+            + "book's API page (book/api.md in " + book.repository + ') and in Python, '
+            + 'e.g. help(companion.rope.apply_rope).';
+        const title = api.section.querySelector(':scope > h1, :scope > h2');
+        (title.nextElementSibling || title).after(note);
+    }
+
     // ---- ids that are not CSS identifiers ("document-book/02_rope") get ones that are:
     // Paged.js looks elements up by selector
     const renamed = new Map();
@@ -345,6 +392,30 @@ MAKE_BOOK = r"""(book) => {
     return stats;
 }"""
 
+# Runs after Paged.js: does every box's icon print in the icon font (not as a missing-glyph
+# box in the text font, review s6-ux m2; book-pages.css names the font)?
+ICONS = r"""async () => {
+    await document.fonts.ready;
+    const titles = Array.from(
+        document.querySelectorAll('.pagedjs_page .admonition > .admonition-title'));
+    const drawn = titles.filter((t) => {
+        const content = getComputedStyle(t, '::after').content;
+        return content && content !== 'none' && content !== 'normal' && content !== '""';
+    });
+    const wrong = drawn.filter(
+        (t) => !/Font Awesome 6 Free/.test(getComputedStyle(t, '::after').fontFamily));
+    const all = Array.from(document.querySelectorAll('.pagedjs_page'));
+    const pages = new Set(drawn.map((t) => all.indexOf(t.closest('.pagedjs_page')) + 1));
+    return {
+        boxes: titles.length,
+        icons: drawn.length,
+        pages: Array.from(pages).sort((a, b) => a - b),
+        wrongFont: wrong.length,
+        fontLoaded: Array.from(document.fonts).some(
+            (f) => /Font Awesome 6 Free/.test(f.family) && f.status === 'loaded'),
+    };
+}"""
+
 # Runs after Paged.js: where every heading landed (bookmarks), and the pages' contents.
 LAID_OUT = r"""() => {
     const pages = Array.from(document.querySelectorAll('.pagedjs_page'));
@@ -436,6 +507,9 @@ def book_plan() -> dict[str, object]:
         "author": config.get("author", ""),
         "root": toc["root"],
         "parts": parts,
+        # the page whose generated docstrings the PDF leaves to the web (review s6-ux m3)
+        "api": "book/api",
+        "repository": config.get("repository", {}).get("url", ""),
     }
 
 
@@ -496,6 +570,12 @@ def print_pdf() -> dict[str, object]:
                     }"""
                 )
                 laid = page.evaluate(LAID_OUT)
+                laid["iconCheck"] = page.evaluate(ICONS)
+                icons = laid["iconCheck"]
+                if icons["icons"] and (icons["wrongFont"] or not icons["fontLoaded"]):
+                    sys.exit(
+                        f"build_pdf: box icons would print as empty boxes: {icons}"
+                    )
                 if errors:
                     sys.exit(f"build_pdf: errors in the page: {errors[:5]}")
                 print(

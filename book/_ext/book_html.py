@@ -18,6 +18,8 @@
 - The link to the whole-book PDF (``<a class="book-pdf-link">`` in the intro) is shown only
   when ``_build/pdf/book.pdf`` exists, and the PDF is then copied next to the site;
   ``scripts/build_pdf.py`` restores the link when it writes the PDF after the HTML build.
+- The appendix is numbered as an appendix: "A. Performance and precision", sections "A.1",
+  "Fig. A.1" (the chapters of ``_toc.yml``'s parts whose caption starts with "Appendix").
 - Lighter pages: the theme's Font Awesome bundle (1.5 MB, every icon) is cut down to the icons
   the built pages and the theme's scripts name.
 """
@@ -190,6 +192,60 @@ def _finish(app: Sphinx, exception: Exception | None) -> None:
         shutil.copyfile(BOOK_PDF, outdir / "book.pdf")
 
 
+# ---- the appendix numbered as an appendix -------------------------------------------------
+
+
+def _appendix_docs() -> list[str]:
+    """The chapters of the parts of ``_toc.yml`` whose caption starts with "Appendix", in
+    order: they are numbered A, B, ... instead of continuing the chapters' numbers."""
+    import yaml
+
+    toc_path = ROOT / "_toc.yml"
+    if not toc_path.is_file():
+        return []
+    toc = yaml.safe_load(toc_path.read_text(encoding="utf-8")) or {}
+    return [
+        str(chapter["file"]).removesuffix(".ipynb").removesuffix(".md")
+        for part in toc.get("parts", [])
+        if str(part.get("caption", "")).lower().startswith("appendix")
+        for chapter in part.get("chapters", [])
+    ]
+
+
+def _letter_appendices(app: Sphinx, env: Any) -> list[str]:
+    """Runs after Sphinx (and sphinx-multitoc-numbering) numbered the sections, figures,
+    tables, equations, theorems and exercises: an appendix's chapter number N becomes its
+    letter, so that its title reads "A. ...", its sections "A.1", its figures "Fig. A.1" on
+    the web, in the sidebar, in cross-references and in the PDF (every writer joins the
+    numbers with ``".".join(map(str, ...))``)."""
+    for k, docname in enumerate(_appendix_docs()):
+        secnumbers = env.toc_secnumbers.get(docname)
+        if not secnumbers:
+            continue
+        letter = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[k]
+        number = min((v for v in secnumbers.values() if v), key=len, default=())[:1]
+        if not number or number[0] == letter:
+            continue
+
+        def lettered(numbers: tuple, first: object = number[0], letter: str = letter):
+            return (letter, *numbers[1:]) if numbers[:1] == (first,) else numbers
+
+        env.toc_secnumbers[docname] = {
+            anchor: lettered(numbers) for anchor, numbers in secnumbers.items()
+        }
+        # the numbers the sidebar, the page's contents and the prev/next links show
+        toc = env.tocs.get(docname)
+        title = env.titles.get(docname)
+        for node in [*(toc.findall(nodes.reference) if toc else []), title]:
+            if node is not None and node.get("secnumber"):
+                node["secnumber"] = list(lettered(tuple(node["secnumber"])))
+        for figtype, numbers in env.toc_fignumbers.get(docname, {}).items():
+            env.toc_fignumbers[docname][figtype] = {
+                ident: lettered(value) for ident, value in numbers.items()
+            }
+    return []
+
+
 # ---- static files ------------------------------------------------------------------------
 
 
@@ -309,6 +365,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", _add_static_path)
     app.connect("builder-inited", _singlehtml_knows_html_nodes)
     app.connect("doctree-read", _record_proof_titles)
+    app.connect("env-get-updated", _letter_appendices, priority=900)
     app.connect("html-page-context", _drop_thebe, priority=900)
     app.connect("html-page-context", _page_metadata, priority=900)
     app.connect("build-finished", _finish)

@@ -434,3 +434,120 @@ def test_solutions_are_collected_at_the_end_of_their_chapter() -> None:
     )
     links = _squash(_pdf_text()).count("Solutionattheendofthechapter")
     assert blocks and links == blocks, f"{links} links to solutions, {blocks} solutions"
+
+
+# ---- icons, the API reference, the appendix (review s6-ux m2, m3, m6) --------------------
+
+REPORT = ROOT / "_build" / "pdf" / "book.json"
+
+
+@cache
+def _report() -> dict:
+    _reader()  # skips (or fails under CI) without a PDF
+    return json.loads(REPORT.read_text(encoding="utf-8"))
+
+
+@cache
+def _fonts() -> tuple[frozenset[str], ...]:
+    """The fonts each page uses, without the subset prefix ("AAAAAA+")."""
+    found = []
+    for page in _reader().pages:
+        fonts = (page.get("/Resources") or {}).get("/Font") or {}
+        found.append(
+            frozenset(
+                re.sub(r"^/?([A-Z]{6}\+)?", "", str(f.get_object().get("/BaseFont")))
+                for f in fonts.values()
+            )
+        )
+    return tuple(found)
+
+
+def test_box_icons_print_in_the_icon_font() -> None:
+    """Every exercise, solution, theorem and note box prints its icon from the theme's icon
+    font (it printed a missing-glyph box in the text font): build_pdf.py measured each box's
+    icon after pagination, and the PDF embeds the icon font on the pages with boxes."""
+    icons = _report().get("iconCheck")
+    assert icons, "build_pdf.py did not check the icons"
+    assert icons["icons"] >= 40, icons
+    assert icons["wrongFont"] == 0 and icons["fontLoaded"], icons
+    fonts = _fonts()
+    assert len(icons["pages"]) >= 20, icons["pages"]
+    without = [
+        n for n in icons["pages"] if "FontAwesome6Free-Solid" not in fonts[n - 1]
+    ]
+    assert not without, f"pages with box icons but no icon font: {without[:10]}"
+
+
+def _api_pages() -> range:
+    outline = _outline()
+    at = [
+        k for k, (_, title, _) in enumerate(outline) if title.endswith("API reference")
+    ]
+    assert len(at) == 1, f"bookmarks named 'API reference': {len(at)}"
+    depth, _, first = outline[at[0]]
+    following = [p for d, _, p in outline[at[0] + 1 :] if d <= depth]
+    last = following[0] if following else len(_reader().pages)
+    return range(first, last)
+
+
+def test_the_api_reference_is_its_input_contract_in_print() -> None:
+    """The API reference fills a small part of the PDF (it was 149 of 473 pages): the input
+    contract's tables, which name every public module, and a note that sends the reader to
+    the web page and help() for the docstrings."""
+    pages = _api_pages()
+    total = len(_reader().pages)
+    assert len(pages) <= 0.08 * total, (
+        f"the API reference takes {len(pages)} of {total} pages"
+    )
+    text = _squash("\n".join(_page_texts()[i] for i in pages))
+    modules = [
+        *sorted(
+            f"companion.{p.stem}"
+            for p in (ROOT / "companion").glob("*.py")
+            if not p.stem.startswith("_")
+        ),
+        "companion.checks",
+    ]
+    missing = [m for m in modules if m not in text]
+    assert not missing, f"the printed API reference does not name {missing}"
+    assert "help(companion." in text and "book/api.md" in text, (
+        "the printed API reference does not say where the docstrings are"
+    )
+    report = _report()
+    assert report.get("apiSectionsDropped", 0) >= 10, report.get("apiSectionsDropped")
+
+
+def test_the_appendix_is_numbered_as_an_appendix() -> None:
+    """The appendix's title, sections and figures are lettered (A, A.1, Fig. A.1), in the
+    contents, the text and the bookmarks; no number continues the chapters' into it."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    appendices = [
+        chapter["file"]
+        for part in toc["parts"]
+        if part.get("caption", "").lower().startswith("appendix")
+        for chapter in part["chapters"]
+    ]
+    assert appendices, "_toc.yml has no appendix part"
+    text = _squash(_pdf_text())
+    titles = [t for _, t, _ in _outline()]
+    for letter, doc in zip("ABCDEFGH", appendices, strict=False):
+        path = next(p for p in _toc_files() if p.with_suffix("").match(doc))
+        title = _title(path)
+        assert _squash(f"{letter}. {title}") in text, (
+            f"no '{letter}. {title}' in the PDF"
+        )
+        assert any(t.startswith(f"{letter}. ") for t in titles), (
+            f"no bookmark '{letter}. {title}'"
+        )
+        assert any(t.startswith(f"{letter}.1. ") for t in titles), (
+            f"the appendix's first section is not bookmarked as {letter}.1"
+        )
+    numbered_parts = [p for p in toc["parts"] if p.get("numbered")]
+    chapters = sum(
+        len(p["chapters"])
+        for p in numbered_parts
+        if not p.get("caption", "").lower().startswith("appendix")
+    )
+    assert not re.search(rf"Fig\.{chapters + 1}\.\d", text), (
+        f"a figure numbered as chapter {chapters + 1}"
+    )

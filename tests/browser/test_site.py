@@ -728,23 +728,53 @@ def test_pages_have_one_viewport_a_description_and_open_graph_tags() -> None:
     assert not problems, "\n".join(problems[:20])
 
 
+def _appendix_pages() -> list[str]:
+    import yaml
+
+    toc = yaml.safe_load(TOC.read_text(encoding="utf-8"))
+    return [
+        f"{chapter['file']}.html"
+        for part in toc.get("parts", [])
+        if str(part.get("caption", "")).lower().startswith("appendix")
+        for chapter in part.get("chapters", [])
+    ]
+
+
 def test_chapters_figures_and_exercises_are_numbered_per_chapter() -> None:
     """Chapter N's title reads "N. ..." and its figures and exercises "Fig. N.k" and
-    "Exercise N.k", in order."""
+    "Exercise N.k", in order; an appendix is lettered: "A. ...", "A.1", "Fig. A.1"."""
     numbered = 0
     problems = []
+    appendices = dict(zip(_appendix_pages(), "ABCDEFGH", strict=False))
+    assert appendices, "_toc.yml has no appendix part"
     for name in _chapter_pages():
         text = (HTML / name).read_text(encoding="utf-8")
         heading = re.search(
-            r'<h1>\s*<span class="section-number">(\d+)\.\s*</span>', text
+            r'<h1>\s*<span class="section-number">(\d+|[A-Z])\.\s*</span>', text
         )
+        if name in appendices:
+            letter = appendices[name]
+            if not heading or heading.group(1) != letter:
+                problems.append(
+                    f"{name}: the appendix's title is not lettered {letter}"
+                )
+            sections = re.findall(
+                r'<h2>\s*<span class="section-number">([^<]+)</span>', text
+            )
+            if not sections or any(not s.startswith(f"{letter}.") for s in sections):
+                problems.append(f"{name}: section numbers {sections[:4]}")
+            # the sidebar of every page names it by its letter
+            intro = (HTML / _chapter_pages()[0]).read_text(encoding="utf-8")
+            base = re.escape(name.rsplit("/", 1)[-1])
+            if not re.search(rf'href="[^"]*{base}"[^>]*>\s*{letter}\. ', intro):
+                problems.append(f"the sidebar does not letter {name} as {letter}")
         if not heading:
             continue
         numbered += 1
         chapter = heading.group(1)
         for kind in ("Fig.", "Exercise", "Theorem", "Table"):
             found = re.findall(
-                rf'caption-number">{re.escape(kind)}\s*([\d.]+)\s*<', text
+                rf'caption-number">{re.escape(kind)}\s*([\dA-Z.]+)\s*<', text
             )
             expected = [f"{chapter}.{k}" for k in range(1, len(found) + 1)]
             if [f.rstrip(".") for f in found] != expected:
