@@ -94,12 +94,7 @@ def test_no_committed_outputs(nb_path: Path) -> None:
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
 def test_first_code_cell_imports_companion_and_seeds(nb_path: Path) -> None:
-    # after the Colab set-up cell (tagged colab-setup, hidden on the web: test_launch.py)
-    cells = [
-        c
-        for c in code_cells(load(nb_path))
-        if "colab-setup" not in c.get("metadata", {}).get("tags", [])
-    ]
+    cells = code_cells(load(nb_path))
     assert cells, f"{nb_path.name} has no code cell"
     first = source(cells[0])
     assert re.search(r"^\s*(import companion|from companion\b)", first, re.M), (

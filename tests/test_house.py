@@ -301,3 +301,21 @@ def test_no_module_over_the_line_limit_beyond_the_allowance() -> None:
     fixed = set(OVERSIZE) - over
     assert not new, f"modules over {MAX_LINES} lines: {new}"
     assert not fixed, f"now within {MAX_LINES} lines, remove from OVERSIZE: {fixed}"
+
+
+def test_the_package_installs_with_every_subpackage() -> None:
+    """pyproject's package list names every folder of companion/ that holds code (a
+    non-editable install, ``pip install git+...``, would leave out one it does not name)."""
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    declared = pyproject["tool"]["setuptools"].get("packages")
+    if declared is None:  # automatic discovery finds every subpackage
+        return
+    folders = sorted(
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "companion").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    )
+    missing = [f for f in folders if f not in declared]
+    assert not missing, f"pyproject.toml's packages leave out {missing}"
