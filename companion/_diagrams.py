@@ -69,7 +69,7 @@ def padded_batch_diagram(
         raise ValueError(f"token must index a real token, got {token}")
     length = max(len(s) for s in sentences)
     shade = SCHEME_COLORS["batch"] if mode == "batch" else SCHEME_COLORS["layer"]
-    gap = 1.6  # vertical space between sentences, room for the token labels
+    gap = 2.6  # vertical space between sentences: the token labels and the name above
     cw = 2.0  # cell width: room for a token label
     for b, sent in enumerate(sentences):
         top = -b * (dim + gap)
@@ -95,10 +95,10 @@ def padded_batch_diagram(
                         alpha=0.85 if chosen else 1.0,
                     )
                 )
-        name = f"sentence {b + 1}"
-        ax.text(-0.15, top - dim / 2, name, ha="right", va="center", fontsize=9)
-    ax.set_xlim(-4.5, cw * length + 0.1)
-    ax.set_ylim(-(len(sentences) - 1) * (dim + gap) - dim - 0.3, 1.2)
+        name = f"sentence {b + 1}"  # above its block: a label on the left costs width
+        ax.text(0.0, top + 1.45, name, ha="left", va="bottom", fontsize=9)
+    ax.set_xlim(-0.1, cw * length + 0.1)
+    ax.set_ylim(-(len(sentences) - 1) * (dim + gap) - dim - 0.3, 2.6)
     ax.set_aspect("equal")
     ax.set_xticks(
         [cw * (i + 0.5) for i in range(length)], labels=[str(i) for i in range(length)]
@@ -113,5 +113,5 @@ def padded_batch_diagram(
         else "LayerNorm: one mean/var per token\n"
         f"(sentence {b_tok + 1}, position {l_tok}: its features)"
     )
-    ax.set(title=what, xlabel="position (each block: feature rows x position columns)")
+    ax.set(title=what, xlabel="position")
     return ax

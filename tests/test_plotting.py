@@ -783,3 +783,9 @@ def test_every_figure_of_the_book_is_raised_to_the_phone_floor(
         assert code.rindex("plotting.readable(") < shown, (
             f"{notebook} cell {cell_id}: readable must run before the figure is shown"
         )
+        # a layout made before the text grew leaves enlarged labels overlapping
+        # (review s6-ux D7); tight_layout after readable keeps the floor (tested above)
+        if "tight_layout(" in code:
+            assert code.rindex("tight_layout(") > code.index("plotting.readable("), (
+                f"{notebook} cell {cell_id}: tight_layout must follow plotting.readable"
+            )
