@@ -218,6 +218,8 @@ function bookLabelTables() {
 // aligned at the relation; then, if still too wide, with a line per top-level + or -. What
 // still does not fit is shown at up to 20% smaller, and then scrolls in its box, labelled.
 const BOOK_RELATIONS = ["=", "<", ">", "\\le", "\\leq", "\\ge", "\\geq", "\\approx", "\\equiv", "\\ne", "\\neq", "\\sim"];
+const BOOK_OPEN = ["left", "begin", "lVert", "lvert", "langle", "lfloor", "lceil"];
+const BOOK_CLOSE = ["right", "end", "rVert", "rvert", "rangle", "rfloor", "rceil"];
 function bookSplitTeX(tex) {
   let body = tex.trim();
   const split = body.match(/^\\begin\{split\}([\s\S]*)\\end\{split\}$/);
@@ -228,8 +230,8 @@ function bookSplitTeX(tex) {
     const c = body[i];
     if (c === "\\") {
       const word = body.slice(i + 1).match(/^[A-Za-z]+|^./)[0];
-      if (word === "left" || word === "begin") depth += 1;
-      else if (word === "right" || word === "end") depth -= 1;
+      if (BOOK_OPEN.includes(word)) depth += 1;
+      else if (BOOK_CLOSE.includes(word)) depth -= 1;
       else if (depth === 0 && word === "qquad") cuts.push({ at: i, end: i + 7, kind: "stmt" });
       else if (depth === 0 && BOOK_RELATIONS.includes("\\" + word)) cuts.push({ at: i, kind: "rel" });
       else if (word === "\\" && depth === 0) return null;  // already broken by the author
