@@ -1151,29 +1151,3 @@ def test_phone_numbers_formulas_names_and_titles(
             f"the title is {found['title']:.0f} px tall on an {found['screen']} px screen"
         )
     assert not problems, f"{name} at 390 px:\n" + "\n".join(problems)
-
-
-# ---- Run a chapter from its page (review s6-ux D8; the set-up cell: tests/test_launch.py) --
-
-
-def test_every_chapter_page_opens_in_colab() -> None:
-    """Each chapter's page links to Colab with the chapter's notebook from the repository
-    and branch in _config.yml (a link, not a request: the page still reads offline)."""
-    import yaml
-
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    repo = config["repository"]
-    github = repo["url"].removeprefix("https://github.com/")
-    chapters = [n for n in _chapter_pages() if re.search(r"/\d\d_\w+\.html$", n)]
-    if not chapters:
-        _skip_or_fail("no built chapter pages: run `make book` first")
-    missing = []
-    for name in chapters:
-        notebook = name.removesuffix(".html") + ".ipynb"
-        url = (
-            f"https://colab.research.google.com/github/{github}/blob/"
-            f"{repo['branch']}/{notebook}"
-        )
-        if f'href="{url}"' not in (HTML / name).read_text(encoding="utf-8"):
-            missing.append(name)
-    assert len(chapters) >= 10 and not missing, f"no Colab link on {missing}"
