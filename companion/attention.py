@@ -665,7 +665,8 @@ class MultiHeadAttention(nn.Module):
     """
 
     accepts_mask: bool = True
-    """Whether :meth:`attend` takes a ``mask`` (``False``: the layer builds its own)."""
+    """Whether :meth:`~companion.attention.MultiHeadAttention.attend` takes a ``mask``
+    (``False``: the layer builds its own)."""
 
     def __init__(
         self,
@@ -774,6 +775,7 @@ class MultiHeadAttention(nn.Module):
         query, key = self.transform_qk(query, key)  # (B, H, L, D/H), (B, H, S, D/H)
         bias = self.score_bias(query, key, is_causal=is_causal)  # (H, L, S) or None
         if bias is not None:  # the bias is the mask, its causal part included
+            assert mask is None, "a layer with a score_bias sets accepts_mask = False"
             mask, is_causal = bias, False
         return self.attention(query, key, value, mask, is_causal)  # (B, H, L, D/H)
 

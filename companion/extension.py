@@ -27,8 +27,6 @@ Each matches the corresponding entry of Hugging Face transformers'
 ``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` (``"linear"``, ``"dynamic"``, ``"yarn"``,
 ``"llama3"``) to a relative :math:`2 \times 10^{-6}` (``transformers`` computes them in
 float32); the tests check it. The chapter derives every formula.
-
-Shape legend: ``H`` heads, ``L`` query length, ``S`` key length, ``D`` head dimension.
 """
 
 from __future__ import annotations

@@ -38,8 +38,6 @@ release.
 
 **No position at all.** :func:`nope_position_readout` computes Kazemnejad et al.'s
 (2023) construction: causal attention with equal scores reads absolute position.
-
-Shape legend: ``H`` heads, ``L`` query length, ``S`` key length, ``D`` head width.
 """
 
 from __future__ import annotations
@@ -733,6 +731,7 @@ class T5BiasSelfAttention(CausalSelfAttention):
     Shape:
         - input: ``(B, L, D)``
         - output: ``(B, L, D)``
+        - the bias: ``(H, L, S)``, from ``relative_bias``'s ``(num_buckets, H)`` table
     """
 
     def __init__(
@@ -785,6 +784,7 @@ class ShawSelfAttention(CausalSelfAttention):
     Shape:
         - input: ``(B, L, D)``
         - output: ``(B, L, D)``
+        - ``rel_key``, ``rel_value``: ``(2K + 1, D/H)``
     """
 
     def __init__(
@@ -844,6 +844,7 @@ class TransformerXLSelfAttention(CausalSelfAttention):
     Shape:
         - input: ``(B, L, D)``
         - output: ``(B, L, D)``
+        - ``u``, ``v``: ``(H, 1, D/H)``; ``r_proj``: ``(S, D) -> (S, D)`` on the encoding
     """
 
     def __init__(self, dim: int, num_heads: int, *, base: float = 10000.0) -> None:
