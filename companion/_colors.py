@@ -116,3 +116,22 @@ def scheme_color(name: str) -> str:
         listed = ", ".join(repr(k) for k in SCHEME_COLORS)
         raise ValueError(f"name must name a scheme ({listed}), got {name!r}")
     return SCHEME_COLORS[key]
+
+
+# ---- Colours of the diagrams' roles, apart from the schemes' ---------------------------
+
+#: One colour per role a conceptual diagram draws (companion.diagrams): none of them is a
+#: scheme's colour, so that red stays RoPE, green ALiBi and orange PI in every chapter
+#: (tests/test_diagrams.py checks the two palettes are disjoint).
+ROLE_COLORS: Mapping[str, str] = MappingProxyType(
+    {
+        "query": "#4b0082",  # indigo: queries, a block of scores being read
+        "key": "#a6761d",  # ochre: keys
+        "cached": "#b8c7d9",  # pale slate: what a cache holds
+        "sink": "#6b3e26",  # dark umber: the sink tokens
+        "exact": "#d9d9d9",  # light grey: a bucket of one distance
+        "range": "#9e9e9e",  # mid grey: a bucket of several distances
+        "full": "#c6d7c0",  # pale sage: a tile computed in full
+        "masked": "#e8d5b0",  # pale sand: a tile computed with the mask
+    }
+)

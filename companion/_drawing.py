@@ -17,14 +17,17 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from companion import _validate, plotting
+from companion._colors import ROLE_COLORS
 
 __all__: list[str] = []  # private: nothing here is part of the documented API
 
 #: font size (pt) the diagrams are drawn with; readable() raises it where a phone needs
 FONT = 10.0
-QUERY = plotting.scheme_color("rope")  # queries and the rotated pair
-KEY = plotting.scheme_color("sinusoidal")  # keys
-CACHE = plotting.scheme_color("alibi")  # what a cache holds
+#: the diagrams' roles have their own colours, none a scheme's (companion._colors)
+ROLE = ROLE_COLORS
+QUERY = ROLE_COLORS["query"]  # queries
+KEY = ROLE_COLORS["key"]  # keys
+CACHE = ROLE_COLORS["cached"]  # what a cache holds
 MASK = "0.8"
 MAX_CELLS = 16  # a row of cells wider than this no longer reads on a phone
 

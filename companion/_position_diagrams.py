@@ -69,7 +69,7 @@ def sinusoid_clocks(
         ax.plot(
             [0.0, cos[-1]],
             [0.0, sin[-1]],
-            color=draw.QUERY,
+            color=plotting.scheme_color("sinusoidal"),  # the scheme's own colour
             lw=2.5,
             solid_capstyle="round",
             gid=f"hand-{i}",
@@ -83,7 +83,7 @@ def sinusoid_clocks(
         ax.set_aspect("equal")
         draw.blank(ax)
     fig.suptitle(
-        f"position {position}: hand i at angle {position}·ω_i",
+        f"position {position}: each hand at angle {position} × its ω",
         fontsize=draw.FONT,
         y=0.06,
         va="bottom",
@@ -177,10 +177,13 @@ def rope_rotation(
         ):
             style = {"lw": 2.5} if gid else {"lw": 1.2, "ls": ":", "alpha": 0.8}
             ax.plot([0, v[0]], [0, v[1]], color=color, gid=gid, **style)
-            if label:
+            if label:  # outside the circle, along the vector: never over a line
+                u = v / np.hypot(*v)
                 ax.text(
-                    1.12 * v[0], 1.12 * v[1], label, color=color, fontsize=draw.FONT,
-                    ha="center", va="center",
+                    1.12 * radius * u[0], 1.12 * radius * u[1], label, color=color,
+                    fontsize=draw.FONT, ha="left" if u[0] > 0.3 else ("right" if u[0] < -0.3 else "center"),
+                    va="bottom" if u[1] > 0.3 else ("top" if u[1] < -0.3 else "center"),
+                    gid=f"{gid}-label",
                 )  # fmt: skip
         a_q, a_k = math.atan2(q[1], q[0]), math.atan2(kk[1], kk[0])
         between = draw.wrap(a_q - a_k)
@@ -214,11 +217,13 @@ def frequency_rescaling(
     base: float = 10000.0,
     factor: float = 4.0,
     original_max_position_embeddings: int = 2048,
+    every: int = 1,
     fig: Figure | None = None,
 ) -> Figure:
     r"""How position interpolation, NTK-aware scaling and YaRN rescale each RoPE pair.
 
-    One row per method, one cell per pair :math:`i`, holding the ratio
+    One row per method, one cell per pair :math:`i` drawn (every ``every``-th pair of the
+    head: the ratios are those of the ``head_dim``-wide head itself), holding the ratio
     :math:`\theta'_i / \theta_i` of the scaled frequency to the original, from
     :func:`companion.extension.linear_scaling_frequencies`,
     :func:`companion.extension.ntk_scaling_frequencies` and
@@ -229,7 +234,8 @@ def frequency_rescaling(
     interpolates those that turn less than once and ramps between.
 
     Args:
-        head_dim: the head width, even, 4 to 24 (one cell per pair).
+        head_dim: the head width, even, 4 to 512.
+        every: draw pairs 0, ``every``, 2 ``every``, ...: 1 to 64, at most 12 pairs drawn.
         base: RoPE's base, > 1.
         factor: the context-extension factor, > 1.
         original_max_position_embeddings: the training length, >= 1 (YaRN's ramp).
@@ -241,7 +247,8 @@ def frequency_rescaling(
         cells' texts).
     """
     fig = draw.target(fig)
-    head_dim = _validate.integer("head_dim", head_dim, minimum=4, maximum=24)
+    head_dim = _validate.integer("head_dim", head_dim, minimum=4, maximum=512)
+    every = _validate.integer("every", every, minimum=1, maximum=64)
     if head_dim % 2:
         raise ValueError(f"head_dim must be an even int, got {head_dim}")
     base = _validate.real("base", base, exclusive_minimum=1.0)
@@ -256,20 +263,23 @@ def frequency_rescaling(
         "ntk": ("NTK-aware", extension.ntk_scaling_frequencies(head_dim, base=base, factor=factor)),
         "yarn": ("YaRN", yarn),
     }  # fmt: skip
-    pairs = head_dim // 2
-    fig = draw.figure(0.62 * pairs + 1.4, 2.9, fig)
+    drawn = list(range(0, head_dim // 2, every))
+    if len(drawn) > 12:
+        raise ValueError(f"head_dim / 2 / every must be at most 12 pairs drawn, got {len(drawn)} (head_dim={head_dim}, every={every})")  # fmt: skip
+    pairs = len(drawn)
+    fig = draw.figure(0.62 * pairs + 1.4, 3.1, fig)
     ax = draw.blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     cmap = colormaps["Blues"]
-    for i in range(pairs):
+    for x, i in enumerate(drawn):
         wavelength = 2 * math.pi / theta[i].item()
-        draw.cell(ax, i, 3.2, f"{wavelength:.0f}" if wavelength >= 10 else f"{wavelength:.1f}", gid=f"wavelength-{i}", color="0.95")  # fmt: skip
-        ax.text(i + 0.5, 4.4, str(i), ha="center", va="bottom", fontsize=draw.FONT)
+        draw.cell(ax, x, 3.2, f"{wavelength:.0f}" if wavelength >= 10 else f"{wavelength:.1f}", gid=f"wavelength-{i}", color="0.95")  # fmt: skip
+        ax.text(x + 0.5, 4.4, str(i), ha="center", va="bottom", fontsize=draw.FONT)
         for r, (key, (_, freqs)) in enumerate(rows.items()):
             ratio = freqs[i].item() / theta[i].item()
             shade = math.log(ratio) / math.log(1 / factor)  # 0: unchanged, 1: / factor
             color = cmap(0.15 + 0.6 * shade)
             draw.cell(
-                ax, i, 2 - r, f"{ratio:.2f}", gid=f"{key}-{i}", color=color,
+                ax, x, 2 - r, f"{ratio:.2f}", gid=f"{key}-{i}", color=color,
                 text_color="white" if shade > 0.7 else "black",
             )  # fmt: skip
     ax.text(-0.15, 4.4, "pair i", ha="right", va="bottom", fontsize=draw.FONT)
@@ -278,11 +288,11 @@ def frequency_rescaling(
         ax.text(-0.15, 2.5 - r, name, ha="right", va="center", fontsize=draw.FONT)
     ax.text(
         pairs / 2, -0.3,
-        f"θ'_i / θ_i for a factor of {factor:g}: 1 = unchanged, {1 / factor:.2f} = ÷ {factor:g}",
+        f"new θ / old θ, head of {head_dim}, factor {factor:g}:\n1 = unchanged, {1 / factor:.2f} = ÷ {factor:g}",
         ha="center", va="top", fontsize=draw.FONT,
     )  # fmt: skip
     ax.set_xlim(-2.2, pairs + 0.1)
-    ax.set_ylim(-1.0, 5.0)
+    ax.set_ylim(-1.4, 5.0)
     return draw.finish(fig)
 
 
@@ -301,12 +311,14 @@ def t5_bucket_map(
     One cell per bucket of the past direction, labelled with the distances
     :math:`i - j` it holds, from :func:`companion.relative.t5_relative_position_bucket`
     on every distance up to ``2 * max_distance``: the first buckets hold one distance
-    each (exact), the rest hold ranges that widen logarithmically up to
-    ``max_distance``; the last holds every distance beyond.
+    each (exact), the rest hold ranges that widen logarithmically; the last holds every
+    distance from its start on, which comes before ``max_distance`` (50 for 16 buckets
+    and 64, 113 for T5's decoder, 32 and 128) and is printed over the cells.
 
     Args:
         num_buckets: buckets (of both directions when ``bidirectional``), 4 to 32.
-        max_distance: where the last bucket starts, >= the exact buckets.
+        max_distance: where T5's logarithmic scale reaches the last bucket, > the
+            exact buckets (the last bucket starts before it).
         bidirectional: the encoder's split of the buckets between past and future.
         fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
             it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
@@ -340,10 +352,11 @@ def t5_bucket_map(
             text = str(lo)
         else:
             text = f"{lo}–{hi}"
-        color = draw.KEY if hi == lo and hi < exact else plotting.scheme_color("pi")
+        color = draw.ROLE["exact"] if hi == lo and hi < exact else draw.ROLE["range"]
         ax.add_patch(Rectangle((x, 0), width, height, facecolor=color, alpha=0.35, edgecolor="0.3", lw=0.8))  # fmt: skip
         ax.text(x + 0.5, 0.15, text, rotation=90, ha="center", va="bottom", fontsize=draw.FONT, gid=f"bucket-{b}")  # fmt: skip
         ax.text(x + 0.5, -0.15, str(b), ha="center", va="top", fontsize=draw.FONT)
+    last_start = int(distance[bucket == found[-1]].min())
     n_exact = sum(1 for b in found if (bucket == b).sum() == 1 and b < found[0] + exact)
     ax.text(
         n_exact / 2,
@@ -354,7 +367,7 @@ def t5_bucket_map(
         fontsize=draw.FONT,
     )
     ax.text(
-        (n_exact + len(found)) / 2, height + 0.15, f"logarithmic, to {max_distance}",
+        (n_exact + len(found)) / 2, height + 0.15, f"logarithmic; the last from {last_start}",
         ha="center", va="bottom", fontsize=draw.FONT,
     )  # fmt: skip
     ax.plot([n_exact, n_exact], [-0.1, height + 0.6], color="0.2", lw=1.2, ls="--")

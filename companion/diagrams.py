@@ -106,10 +106,9 @@ def attention_pipeline(
     draw.matrix(axes[1], s, "masked", "2. causal mask: keys\nafter the query → −∞", masked=visible.numpy())  # fmt: skip
     draw.matrix(axes[2], weights.detach().double().numpy(), "weights", "3. softmax of each row:\nrows sum to 1", masked=visible.numpy(), hidden="0")  # fmt: skip
     draw.matrix(axes[3], output.detach().double().numpy(), "output", "4. output: weights × V", colors="Greens")  # fmt: skip
-    for ax in axes[:3]:
-        ax.text(
-            -0.15, length - 0.5, "query 0", ha="right", va="center", fontsize=draw.FONT
-        )
+    for k, ax in enumerate(axes[:3]):
+        if k != 1:  # left panels only: on the right it ran into the left one's cells
+            ax.text(-0.15, length - 0.5, "query 0", ha="right", va="center", fontsize=draw.FONT)  # fmt: skip
         ax.text(0.5, -0.15, "key 0", ha="center", va="top", fontsize=draw.FONT)
     fig.subplots_adjust(left=0.14, right=0.98, top=0.9, bottom=0.05, wspace=0.35, hspace=0.45)  # fmt: skip
     return draw.finish(fig)
@@ -179,7 +178,7 @@ def online_softmax(
     ax.text(soft + bs / 2, top, "softmax", ha="center", va="bottom", fontsize=draw.FONT)
     ax.text(
         (soft + bs) / 2, -(blocks - 1) * row_h - 0.3,
-        "red ×: the old ℓ rescaled by e^(m_old − m)",
+        "× (coloured): the old ℓ rescaled by exp(old m − new m)",
         ha="center", va="top", fontsize=draw.FONT, color=draw.QUERY,
     )  # fmt: skip
     ax.set_xlim(-0.2, soft + bs + 0.1)
@@ -209,7 +208,9 @@ def norm_placement(
             it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        ``fig``, or a new figure. Artists: ``post-k`` and ``pre-k``, the boxes' texts from the bottom.
+        ``fig``, or a new figure. Artists: ``post-k`` and ``pre-k``, the boxes' texts from the
+        bottom; ``post-skip-s`` and ``pre-skip-s``, the residual lines (their first point is
+        where the branch starts: the top of the box whose output the sublayer reads).
     """
     fig = draw.target(fig)
     norm_name = _validate.choice("norm_name", norm_name, ("LayerNorm", "RMSNorm"))
@@ -219,13 +220,17 @@ def norm_placement(
         "post": ["attention", "+", norm_name, "MLP", "+", norm_name],
         "pre": [norm_name, "attention", "+", norm_name, "MLP", "+"],
     }
-    colours = {norm_name: plotting.scheme_color("layer"), "attention": "#dbe9f6", "MLP": "#fde6c8", "+": "white"}  # fmt: skip
+    colours = {norm_name: plotting.scheme_color("layer" if norm_name == "LayerNorm" else "rms"), "attention": "#dbe9f6", "MLP": "#fde6c8", "+": "white"}  # fmt: skip
     for col, (kind, names) in enumerate(steps.items()):
         x = 1.4 + 3.2 * col
         y = 0.6
         ax.text(x, y - 0.35, "x (input)", ha="center", va="top", fontsize=draw.FONT)
         last = y
         branch_start = y
+        # a sublayer's branch starts at the output of the step before it: Pre-LN's "+"
+        # (the residual stream), Post-LN's norm (the norm sits on the residual path)
+        ends_a_step = "+" if kind == "pre" else norm_name
+        skips = 0
         for k, name in enumerate(names):
             y = 1.2 + 0.95 * k
             draw.arrow(ax, (x, last + (0.3 if k else 0.0)), (x, y - 0.3))
@@ -233,8 +238,10 @@ def norm_placement(
             draw.box(ax, x, y, "+" if name == "+" else name, width=w, height=0.6, color=colours[name], gid=f"{kind}-{k}")  # fmt: skip
             if name == "+":  # the residual: from where the sublayer's branch began
                 side = x - 1.25
-                ax.plot([x, side, side, x - w / 2], [branch_start, branch_start, y, y], color="0.25", lw=1.1)  # fmt: skip
-                branch_start = y + 0.3
+                ax.plot([x, side, side, x - w / 2], [branch_start, branch_start, y, y], color="0.25", lw=1.1, gid=f"{kind}-skip-{skips}")  # fmt: skip
+                skips += 1
+            if name == ends_a_step:
+                branch_start = y + 0.3  # the top of this box
             last = y
         draw.arrow(ax, (x, last + 0.3), (x, last + 0.75))
         ax.text(x, last + 0.8, "output", ha="center", va="bottom", fontsize=draw.FONT)
@@ -249,19 +256,28 @@ def norm_placement(
 # ---- Chapter 7: the tiny model's stack ------------------------------------------------------
 
 
-def _describe(module: nn.Module) -> str:
+def _describe(module: nn.Module) -> tuple[str, str]:
     """One box's text for a block's sublayer."""
     name = type(module).__name__
     if hasattr(module, "num_heads") and hasattr(module, "q_proj"):
         heads = module.num_heads
         dim = module.q_proj.in_features
         what = {"RotarySelfAttention": ", RoPE", "ALiBiSelfAttention": ", ALiBi"}.get(name, "")  # fmt: skip
-        return f"causal attention\n{heads} heads of {dim // heads}{what}"
+        return "causal attention", f"{heads} heads of {dim // heads}{what}"
     linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
     if linears:
         widths = [linears[0].in_features] + [m.out_features for m in linears]
-        return "MLP " + " → ".join(str(w) for w in widths)
-    return name
+        return "MLP", "widths " + ", ".join(str(w) for w in widths)
+    return name, ""
+
+
+def _block_text(placement: str, module: nn.Module, norm_name: str) -> str:
+    """A block's box, read top to bottom in the order the block computes."""
+    what, detail = _describe(module)
+    detail = f" ({detail})" if detail else ""
+    if placement == "Pre-LN":
+        return f"Pre-LN: {norm_name} → {what}\n{detail.strip()} → + residual"
+    return f"Post-LN: {what}{detail}\n→ + residual → {norm_name}"
 
 
 def model_stack(model: nn.Module, *, fig: Figure | None = None) -> Figure:
@@ -269,7 +285,8 @@ def model_stack(model: nn.Module, *, fig: Figure | None = None) -> Figure:
 
     Read from the model itself: the token embedding (vocabulary × width), the position
     scheme (a table added to the embedding, or RoPE/ALiBi inside attention), each block
-    with its norm placement, sublayer and norm, the final norm and the output head, and
+    with its norm placement, sublayer and norm in the order the block computes them, the
+    final norm (a Pre-LN model's; a Post-LN model has none) and the output head, and
     the parameter count of :func:`companion.model.parameter_count`.
 
     Args:
@@ -293,9 +310,10 @@ def model_stack(model: nn.Module, *, fig: Figure | None = None) -> Figure:
         placement = "Pre-LN" if isinstance(block, norm.PreLNBlock) else "Post-LN"
         norm_name = norm_of.get(type(block.norm), type(block.norm).__name__)
         color = "#dbe9f6" if hasattr(block.sublayer, "q_proj") else "#fde6c8"
-        layers.append((f"{placement}: {_describe(block.sublayer)}\n+ residual, {norm_name}", color))  # fmt: skip
-    final = norm_of.get(type(model.final_norm), type(model.final_norm).__name__)
-    layers.append((f"final {final}", plotting.scheme_color("layer")))
+        layers.append((_block_text(placement, block.sublayer, norm_name), color))
+    if not isinstance(model.final_norm, nn.Identity):  # Post-LN has no final norm
+        final = norm_of.get(type(model.final_norm), type(model.final_norm).__name__)
+        layers.append((f"final {final}", plotting.scheme_color("layer" if final == "LayerNorm" else "rms")))  # fmt: skip
     layers.append((f"head {model.head.in_features} × {model.head.out_features} → logits", "#eeeeee"))  # fmt: skip
     height = 1.05
     fig = draw.figure(4.6, 0.62 * len(layers) * height + 1.0, fig)
@@ -328,9 +346,13 @@ def kv_cache(
     Row :math:`t` shows tokens :math:`0 \ldots t`: the new token, whose key and value
     are computed at this step (outlined), the tokens whose keys and values the cache
     holds for its query (shaded), and the tokens evicted (crossed). Without ``window``
-    every token stays; with one, the tokens kept are
+    every token stays; with one, the tokens read are
     :func:`companion.modern.sink_cache_keep`: the first ``sinks`` and the last
-    ``window``, so the cache stops growing.
+    ``window``, so the cache stops growing. A rolling window without sinks keeps only
+    the last :math:`W - 1` between steps, since the next query brings its own key
+    (:func:`companion.modern.kv_cache_bytes`, Hugging Face's sliding-window cache): its
+    rows say how many the cache keeps after the step (it reads the shaded ones). A sink
+    cache (StreamingLLM's) keeps what it reads.
 
     Args:
         length: tokens at the last step, 2 to 16.
@@ -341,7 +363,8 @@ def kv_cache(
             it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        ``fig``, or a new figure. Artists: ``kept-t`` (the row's count), ``cell-t-j`` (the text of
+        ``fig``, or a new figure. Artists: ``kept-t`` (the row's count: ``"n cached"``, or
+        ``"keeps k"`` for a rolling window, which reads the shaded cells), ``cell-t-j`` (the text of
         token ``j`` at step ``t``, ``"×"`` when evicted).
     """
     fig = draw.target(fig)
@@ -352,7 +375,8 @@ def kv_cache(
     if sinks and window is None:
         raise ValueError(f"sinks needs a window, got sinks={sinks} and window=None")
     steps = list(range(prompt - 1, length))  # the last token of each step
-    fig = draw.figure(0.42 * length + 2.2, 0.45 * len(steps) + 1.3, fig)
+    wide = 0.0  # "keeps k" fits where "n cached" does
+    fig = draw.figure(0.42 * length + 2.2 + 0.42 * wide, 0.45 * len(steps) + 1.3, fig)
     ax = draw.blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     for r, t in enumerate(steps):
         y = len(steps) - 1 - r
@@ -366,21 +390,25 @@ def kv_cache(
             new = j == t or (r == 0 and j < prompt)
             if j in keep:
                 sink = j < sinks
-                color = plotting.scheme_color("rope") if sink else draw.CACHE
+                color = draw.ROLE["sink"] if sink else draw.CACHE
                 draw.cell(ax, j, y, str(j), color=color, gid=f"cell-{t}-{j}", size=0.9)
                 ax.patches[-1].set_alpha(0.55)
             else:
                 draw.cell(ax, j, y, "×", color="white", gid=f"cell-{t}-{j}", size=0.9, text_color="0.5")  # fmt: skip
             if new:
                 ax.add_patch(Rectangle((j, y), 0.9, 0.9, fill=False, edgecolor="black", lw=2.0))  # fmt: skip
-        ax.text(length + 0.2, y + 0.45, f"{len(keep)} cached", ha="left", va="center", fontsize=draw.FONT, gid=f"kept-{t}")  # fmt: skip
+        if window is not None and not sinks:  # the next query brings its own key
+            count = f"keeps {min(t + 1, window - 1)}"
+        else:
+            count = f"{len(keep)} cached"
+        ax.text(length + 0.2, y + 0.45, count, ha="left", va="center", fontsize=draw.FONT, gid=f"kept-{t}")  # fmt: skip
         ax.text(-0.2, y + 0.45, "prompt" if r == 0 else f"step {r}", ha="right", va="center", fontsize=draw.FONT)  # fmt: skip
     if window is None:
         what = "full cache: every token's key and value stay"
     elif sinks:
         what = f"{sinks} sinks + the last {window} tokens"
     else:
-        what = f"rolling window: the last {window} tokens"
+        what = f"window of {window}: a step reads the shaded {window},\nthe cache keeps {window - 1} for the next"
     ax.text(
         length / 2,
         len(steps) + 0.15,
@@ -390,8 +418,8 @@ def kv_cache(
         fontsize=draw.FONT,
     )
     ax.text(length / 2, -0.25, "token (outlined: computed at this step)", ha="center", va="top", fontsize=draw.FONT)  # fmt: skip
-    ax.set_xlim(-1.6, length + 2.0)
-    ax.set_ylim(-0.9, len(steps) + 0.7)
+    ax.set_xlim(-1.6, length + 2.0 + wide)
+    ax.set_ylim(-0.9, len(steps) + (1.3 if window is not None and not sinks else 0.7))
     return draw.finish(fig)
 
 
@@ -427,7 +455,7 @@ def sink_column(
     ax = fig.add_axes((0.2, 0.05, 0.78, 0.78))
     w = weights.numpy().copy()
     draw.matrix(ax, w, "weights", "", masked=visible, hidden="")
-    ax.add_patch(Rectangle((0, 0), 1, length, fill=False, edgecolor=draw.QUERY, lw=2.5))
+    ax.add_patch(Rectangle((0, 0), 1, length, fill=False, edgecolor=draw.ROLE["sink"], lw=2.5))  # fmt: skip
     ax.set_title("key 0 takes most of every row: a sink", fontsize=draw.FONT)
     ax.text(0.5, -0.15, "key 0", ha="center", va="top", fontsize=draw.FONT)
     ax.text(-0.15, length - 0.5, "query 0", ha="right", va="center", fontsize=draw.FONT)
@@ -472,12 +500,12 @@ def mla_paths(config: object, *, fig: Figure | None = None) -> Figure:
     fig = draw.figure(6.4, 4.4, fig)
     ax = draw.blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     heads = c["num_attention_heads"]
-    draw.box(ax, 0.0, 0.0, f"input x_t\nwidth {c['hidden_size']}", width=1.7, height=0.9, gid="input")  # fmt: skip
-    draw.box(ax, 3.1, 1.4, f"latent c_t\nr = {c['kv_lora_rank']}", width=2.5, height=0.9, color=draw.CACHE, gid="latent")  # fmt: skip
-    draw.box(ax, 3.1, -1.4, f"RoPE key k^R_t\nd_R = {c['qk_rope_head_dim']}", width=2.5, height=0.9, color=plotting.scheme_color("rope"), gid="rope-key")  # fmt: skip
+    draw.box(ax, 0.0, 0.0, f"input x\nwidth {c['hidden_size']}", width=1.7, height=0.9, gid="input")  # fmt: skip
+    draw.box(ax, 3.1, 1.4, f"latent c\nwidth {c['kv_lora_rank']}", width=2.5, height=0.9, color=draw.CACHE, gid="latent")  # fmt: skip
+    draw.box(ax, 3.1, -1.4, f"RoPE key\nwidth {c['qk_rope_head_dim']}", width=2.5, height=0.9, color=plotting.scheme_color("rope"), gid="rope-key")  # fmt: skip
     ax.patches[-1].set_alpha(0.6)
     ax.patches[-3].set_alpha(0.6)
-    draw.box(ax, 6.9, 2.2, f"keys k^C: {heads}\nheads of {c['qk_nope_head_dim']}", width=2.5, height=0.9, gid="content-key")  # fmt: skip
+    draw.box(ax, 6.9, 2.2, f"keys: {heads}\nheads of {c['qk_nope_head_dim']}", width=2.5, height=0.9, gid="content-key")  # fmt: skip
     draw.box(ax, 6.9, 0.8, f"values: {heads}\nheads of {c['v_head_dim']}", width=2.5, height=0.9, gid="value")  # fmt: skip
     draw.box(ax, 6.9, -1.4, "shared by\nall heads", width=2.5, height=0.9, color="0.95")
     draw.arrow(ax, (0.85, 0.3), (1.8, 1.3))
@@ -485,29 +513,28 @@ def mla_paths(config: object, *, fig: Figure | None = None) -> Figure:
     draw.arrow(ax, (4.4, 1.6), (5.6, 2.15))
     draw.arrow(ax, (4.4, 1.2), (5.6, 0.85))
     draw.arrow(ax, (4.4, -1.4), (5.6, -1.4))
-    ax.text(
-        1.1, 1.15, "W_DKV", ha="center", va="bottom", fontsize=draw.FONT, rotation=40
-    )
-    ax.text(1.1, -1.15, "W_KR", ha="center", va="top", fontsize=draw.FONT, rotation=-40)
-    ax.text(5.0, 2.3, "W_UK", ha="center", va="bottom", fontsize=draw.FONT)
-    ax.text(5.0, 0.75, "W_UV", ha="center", va="top", fontsize=draw.FONT)
-    ax.add_patch(Rectangle((1.7, -2.1), 2.8, 4.2, fill=False, edgecolor=draw.CACHE, lw=1.8, ls="--"))  # fmt: skip
+    # the projections' names beside their arrows, never on them
+    ax.text(0.9, 1.05, "down", ha="right", va="bottom", fontsize=draw.FONT)
+    ax.text(0.9, -1.05, "project,\nrotate", ha="right", va="top", fontsize=draw.FONT)
+    ax.text(5.0, 2.35, "up", ha="right", va="bottom", fontsize=draw.FONT)
+    ax.text(5.0, 0.6, "up", ha="center", va="top", fontsize=draw.FONT)
+    ax.add_patch(Rectangle((1.7, -2.1), 2.8, 4.2, fill=False, edgecolor="0.35", lw=1.8, ls="--"))  # fmt: skip
     ax.text(
         3.1, 2.2, "cached", ha="center", va="bottom", fontsize=draw.FONT, color="0.2"
     )
     ax.text(
-        3.7, -2.5, "score = q^C·k^C + q^R·k^R: only k^R carries the position",
+        3.7, -2.5, "score = content part + RoPE part:\nonly the RoPE key carries the position",
         ha="center", va="top", fontsize=draw.FONT, gid="score",
     )  # fmt: skip
     ax.text(
-        3.7, -3.2,
+        3.7, -3.35,
         f"cache per token and layer: {c['kv_lora_rank']} + {c['qk_rope_head_dim']} = "
         f"{c['kv_lora_rank'] + c['qk_rope_head_dim']} numbers;\n"
         f"{per_token:,} bytes per token over {c['num_hidden_layers']} layers (bfloat16)",
         ha="center", va="top", fontsize=draw.FONT, gid="cache",
     )  # fmt: skip
     ax.set_xlim(-1.0, 8.3)
-    ax.set_ylim(-4.3, 2.9)
+    ax.set_ylim(-4.6, 2.9)
     return draw.finish(fig)
 
 
@@ -529,7 +556,10 @@ def attention_tiles(
     maximum and sum (the online softmax), and dropped; the :math:`L \times S` matrix is
     never written out. With a causal mask (:func:`companion.attention.causal_mask`) a
     tile above the diagonal is all masked and skipped, a tile on it is computed with the
-    mask applied, and a tile below it is computed in full.
+    mask applied, and a tile below it is computed in full: the split of the loop that
+    FlashAttention-2 and Triton's tutorial make. The book's kernel
+    (:func:`companion.kernels.flash_attention`) skips the same tiles but applies the mask
+    to every tile it visits.
 
     Args:
         query_length: L, 1 to 16.
@@ -558,7 +588,11 @@ def attention_tiles(
     fig = draw.figure(0.55 * key_length + 2.0, 0.55 * query_length + 1.6, fig)
     ax = draw.blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
     counts = {"full": 0, "masked": 0, "skip": 0}
-    colours = {"full": draw.KEY, "masked": plotting.scheme_color("pi"), "skip": "white"}
+    colours = {
+        "full": draw.ROLE["full"],
+        "masked": draw.ROLE["masked"],
+        "skip": "white",
+    }
     for a in range(rows):
         for b in range(cols):
             tile = visible[a * block_size : (a + 1) * block_size, b * block_size : (b + 1) * block_size]  # fmt: skip

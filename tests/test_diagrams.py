@@ -20,7 +20,9 @@ import torch
 from matplotlib.figure import Figure
 from torch import nn
 
-from companion import diagrams, extension, model, norm
+from companion import _colors, diagrams, extension, model, modern, norm
+from companion.relative import t5_relative_position_bucket
+from companion.rope import rope_frequencies
 
 ROOT = Path(__file__).resolve().parents[1]
 PHONE_FLOOR_PX = 10.0  # the book's promise (issue 37, D7), as in test_plotting
@@ -36,6 +38,12 @@ def _tip(fig: Figure, gid: str) -> np.ndarray:
     found = [ln for ln in fig.findobj(matplotlib.lines.Line2D) if ln.get_gid() == gid]
     assert len(found) == 1, f"{len(found)} lines with gid {gid!r}"
     return np.array([found[0].get_xdata()[-1], found[0].get_ydata()[-1]], dtype=float)
+
+
+def _position(fig: Figure, gid: str) -> tuple[float, float]:
+    found = [t for t in fig.findobj(matplotlib.text.Text) if t.get_gid() == gid]
+    assert len(found) == 1, f"{len(found)} texts with gid {gid!r}"
+    return found[0].get_position()
 
 
 def _number(text: str) -> float:
@@ -268,6 +276,20 @@ def test_norm_placement_draws_the_blocks_call_order(norm_name: str) -> None:
         drawn = ["norm" if b == norm_name else "sublayer" for b in boxes if b != "+"]
         assert drawn == 2 * _call_order(block)  # two sublayers: attention, then MLP
         assert [b for b in boxes if b not in ("+", norm_name)] == ["attention", "MLP"]
+        # B1: each skip line starts at the top of the box whose output the sublayer's
+        # branch reads: the block's input for the first; for the second, the output of
+        # the first step, which forward hooks name (Post-LN: the norm, Pre-LN: the "+")
+        first_step_ends_with = "norm" if _call_order(block)[-1] == "norm" else "+"
+        for s, box in ((0, None), (1, 2)):
+            lines = [ln for ln in fig.findobj(matplotlib.lines.Line2D) if ln.get_gid() == f"{kind}-skip-{s}"]  # fmt: skip
+            assert len(lines) == 1
+            start = lines[0].get_ydata()[0]
+            if box is None:
+                assert start < min(_position(fig, f"{kind}-{k}")[1] for k in range(6))
+            else:
+                named = "norm" if boxes[box] == norm_name else boxes[box]
+                assert named == first_step_ends_with
+                assert start == pytest.approx(_position(fig, f"{kind}-{box}")[1] + 0.3)
         # the residual sum comes right after each sublayer
         assert [
             boxes[k + 1] for k, b in enumerate(boxes) if b in ("attention", "MLP")
@@ -289,7 +311,12 @@ def test_model_stack_lists_the_models_layers(position: str, placement: str) -> N
     tiny = model.TinyTransformer(config)
     fig = diagrams.model_stack(tiny)
     n = len(tiny.blocks)
-    texts = [_text(fig, f"layer-{k}") for k in range(n + 4)]
+    # B18: a Post-LN model has no final norm (nn.Identity), so no box for it
+    boxes = n + (4 if placement == "pre" else 3)
+    texts = [_text(fig, f"layer-{k}") for k in range(boxes)]
+    assert not [s for s in fig.findobj(matplotlib.text.Text) if s.get_gid() == f"layer-{boxes}"]  # fmt: skip
+    assert not any("Identity" in s for s in texts)
+    assert ("final LayerNorm" in texts) == (placement == "pre")
     assert texts[0] == "tokens (vocabulary 16)"
     assert texts[1].startswith("embedding 16 × 32")
     assert ("sinusoidal table" in texts[1]) == (position == "sinusoidal")
@@ -298,7 +325,13 @@ def test_model_stack_lists_the_models_layers(position: str, placement: str) -> N
         assert texts[2 + k].startswith(f"{name}: ")
         is_attention = "attention" in type(block.sublayer).__name__.lower()
         assert ("4 heads of 8" in texts[2 + k]) == is_attention
-        assert ("MLP 32 → 128 → 32" in texts[2 + k]) == (not is_attention)
+        assert ("MLP (widths 32, 128, 32)" in texts[2 + k].replace("\n", " ")) == (not is_attention)  # fmt: skip
+        # B2: read top to bottom, the box follows the block's computation
+        norm_at, sum_at = (
+            texts[2 + k].index("LayerNorm"),
+            texts[2 + k].index("+ residual"),
+        )
+        assert (norm_at < sum_at) == (placement == "pre")
         assert ("RoPE" in texts[2 + k]) == (is_attention and position == "rope")
     assert texts[-1] == "head 32 × 16 → logits"
     count = sum(p.numel() for p in tiny.parameters())
@@ -316,7 +349,24 @@ def test_kv_cache_rows_keep_the_sinks_and_the_window(length, prompt, window, sin
             kept = set(range(t + 1))
         else:  # StreamingLLM: the first `sinks` and the last `window` tokens
             kept = {j for j in range(t + 1) if j < sinks or j > t - window}
-        assert _text(fig, f"kept-{t}") == f"{len(kept)} cached"
+        if window is not None and not sinks:
+            # B4: between steps a rolling layer keeps W - 1 (the next query brings its
+            # own key): the chapter's measured kv_cache_bytes, one byte per token
+            keeps = (
+                modern.kv_cache_bytes(
+                    t + 1,
+                    windows=[window],
+                    num_kv_heads=1,
+                    head_dim=1,
+                    bytes_per_element=1,
+                )
+                // 2
+            )
+            assert _text(fig, f"kept-{t}") == f"keeps {keeps}"
+            shaded = sum(_text(fig, f"cell-{t}-{j}") != "×" for j in range(t + 1))
+            assert shaded == len(kept)  # read at this step
+        else:
+            assert _text(fig, f"kept-{t}") == f"{len(kept)} cached"
         for j in range(t + 1):
             assert _text(fig, f"cell-{t}-{j}") == (str(j) if j in kept else "×")
 
@@ -337,9 +387,12 @@ def test_sink_column_weights_are_the_causal_softmax(length: int, score: float) -
 
 def test_mla_paths_label_the_widths_and_the_cache() -> None:
     fig = diagrams.mla_paths(_V3())
-    assert _text(fig, "latent").endswith("r = 512")
-    assert _text(fig, "rope-key").endswith("d_R = 64")
-    assert _text(fig, "content-key") == "keys k^C: 128\nheads of 128"
+    assert _text(fig, "latent").endswith("width 512")
+    assert _text(fig, "rope-key").endswith("width 64")
+    assert _text(fig, "content-key") == "keys: 128\nheads of 128"
+    # B14: words and Unicode, no raw TeX (no mathtext: its sub/superscripts shrink)
+    raw = [s.get_text() for s in fig.findobj(matplotlib.text.Text) if re.search(r"[_^]", s.get_text())]  # fmt: skip
+    assert not raw, raw
     assert _text(fig, "value") == "values: 128\nheads of 128"
     cache = _text(fig, "cache")
     assert "512 + 64 = 576 numbers" in cache
@@ -694,3 +747,76 @@ def test_every_chapter_shows_a_captioned_diagram(nb_path: Path) -> None:
         assert "hide-input" in meta.get("tags", []), f"cell {cell['id']}"
         found.append(cell["id"])
     assert found, f"{nb_path.name} shows no diagram of companion.diagrams"
+
+
+# ---- review R3 (FD): findings each with the test that would have caught it -------------
+
+
+def test_the_diagrams_roles_have_colours_of_their_own() -> None:
+    """R3a-16/B20: no role colour is a scheme's, and the role diagrams draw none."""
+    schemes = set(_colors.SCHEME_COLORS.values())
+    assert not schemes & set(_colors.ROLE_COLORS.values())
+    for fig in (
+        diagrams.t5_bucket_map(),
+        diagrams.kv_cache(12, prompt=4, sinks=2, window=6),
+        diagrams.attention_tiles(),
+        diagrams.online_softmax(ROW),
+        diagrams.sink_column(),
+    ):
+        used = {
+            matplotlib.colors.to_hex(c)
+            for a in fig.findobj(matplotlib.patches.Patch)
+            for c, shown in ((a.get_facecolor(), a.get_fill()), (a.get_edgecolor(), a.get_linewidth() > 0))
+            if shown
+        } | {matplotlib.colors.to_hex(s.get_color()) for s in fig.findobj(matplotlib.text.Text)}  # fmt: skip
+        assert not used & schemes, used & schemes
+    hands = [ln for ln in diagrams.sinusoid_clocks().findobj(matplotlib.lines.Line2D) if (ln.get_gid() or "").startswith("hand-")]  # fmt: skip
+    assert {matplotlib.colors.to_hex(h.get_color()) for h in hands} == {_colors.SCHEME_COLORS["sinusoidal"]}  # fmt: skip
+
+
+def test_frequency_rescaling_draws_the_wide_heads_own_pairs() -> None:
+    """B13: every eighth pair of a 128-wide head, with that head's ratios (not those of
+    a 16-wide head, which differ by up to 0.16)."""
+    fig = diagrams.frequency_rescaling(head_dim=128, every=8, factor=4.0)
+    theta = rope_frequencies(128).double()
+    ntk = extension.ntk_scaling_frequencies(128, factor=4.0).double() / theta
+    yarn = extension.yarn_frequencies(128, factor=4.0, original_max_position_embeddings=2048)[0].double() / theta  # fmt: skip
+    for i in range(0, 64, 8):
+        assert _text(fig, f"ntk-{i}") == f"{ntk[i].item():.2f}"
+        assert _text(fig, f"yarn-{i}") == f"{yarn[i].item():.2f}"
+    assert (
+        _text(fig, "yarn-40") != f"{0.44:.2f}"
+    )  # the 16-wide head's value at 1987 tokens
+    with pytest.raises(ValueError, match="every"):
+        diagrams.frequency_rescaling(head_dim=128, every=2)
+
+
+def test_t5_header_gives_where_the_last_bucket_starts() -> None:
+    """R3a-22: the last bucket starts before max_distance (50 for 16 buckets and 64)."""
+    for buckets, far in ((16, 64), (32, 128)):
+        d = torch.arange(0, 2 * far + 1)
+        b = t5_relative_position_bucket(-d, bidirectional=False, num_buckets=buckets, max_distance=far)  # fmt: skip
+        start = int(d[b == b.max()].min())
+        assert start < far
+        fig = diagrams.t5_bucket_map(num_buckets=buckets, max_distance=far)
+        texts = [s.get_text() for s in fig.findobj(matplotlib.text.Text)]
+        assert f"logarithmic; the last from {start}" in texts
+        assert not any(f"to {far}" in s for s in texts)
+
+
+def test_rope_rotation_labels_sit_outside_the_circle() -> None:
+    """R3a-10: a label at 1.12 of a short vector lay on the longer one's circle."""
+    fig = diagrams.rope_rotation(2, 1, shift=2)
+    for k in range(2):
+        radius = max(np.hypot(*_tip(fig, f"query-{k}")), np.hypot(*_tip(fig, f"key-{k}")))  # fmt: skip
+        for who in ("query", "key"):
+            assert np.hypot(*_position(fig, f"{who}-{k}-label")) > radius
+
+
+def test_online_softmax_of_a_rising_row_draws_rescalings_below_one() -> None:
+    """R3a-7/B3: a row whose maximum rises draws factors < 1 (ch05 asserts its own)."""
+    rising = torch.tensor([1.0, 0.5, 2.0, 3.5, 1.2, 0.3, 4.8, 2.2, 1.0, 5.6, -0.7])
+    fig = diagrams.online_softmax(rising, block_size=3)
+    factors = [_number(_text(fig, f"rescale-{b}")) for b in range(1, 4)]
+    assert sum(f < 1 for f in factors) >= 2
+    assert not any("_" in s.get_text() for s in fig.findobj(matplotlib.text.Text))
