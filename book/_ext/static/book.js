@@ -139,7 +139,8 @@ if (document.readyState === "loading") {
 
 // ---- Phones: inline code breaks only between the parts of a name --------------------------
 // `checks.check_receptive_field(receptive_field)` may break before a ".", after a "_", "(", ","
-// or "/" (a path), never inside a word (book.css: overflow-wrap: normal). Code in a table keeps one line.
+// or "/" (a path), never inside a word nor after a hyphen (book.css: overflow-wrap: normal).
+// Code in a table keeps one line.
 function bookCodeBreaks() {
   document.querySelectorAll("article code.literal").forEach((code) => {
     if (code.dataset.bookBreaks || code.closest("table, dt.sig")) return;
@@ -148,13 +149,23 @@ function bookCodeBreaks() {
     const texts = [];
     for (let n = walker.nextNode(); n; n = walker.nextNode()) texts.push(n);
     for (const node of texts) {
-      const parts = node.textContent.split(/(?<=[_(,/])(?=[\w<*])|(?<=\w)(?=\.\w)/);
-      if (parts.length < 2) continue;
+      // each piece between two allowed breaks keeps one line (a browser would also break
+      // after a hyphen: "--device", "1e-9", "->"); spaces still break
       const frag = document.createDocumentFragment();
-      parts.forEach((part, i) => {
-        if (i) frag.appendChild(document.createElement("wbr"));
-        frag.appendChild(document.createTextNode(part));
-      });
+      for (const word of node.textContent.split(/(\s+)/)) {
+        if (!word) continue;
+        if (/^\s+$/.test(word)) {
+          frag.appendChild(document.createTextNode(word));
+          continue;
+        }
+        word.split(/(?<=[_(,/])(?=[\w<*])|(?<=\w)(?=\.\w)/).forEach((part, i) => {
+          if (i) frag.appendChild(document.createElement("wbr"));
+          const piece = document.createElement("span");
+          piece.className = "book-nobreak";
+          piece.textContent = part;
+          frag.appendChild(piece);
+        });
+      }
       node.replaceWith(frag);
     }
   });
