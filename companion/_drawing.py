@@ -138,7 +138,7 @@ def wrap(angle: float) -> float:
     return -math.remainder(-angle, 2.0 * math.pi)
 
 
-def matrix(ax: Axes, values: np.ndarray, name: str, title: str, *, masked=None, colors="Blues", hidden: str = "−∞") -> None:  # fmt: skip
+def matrix(ax: Axes, values: np.ndarray, name: str, title: str, *, masked=None, colors="Blues", hidden: str = "−∞", digits: int = 2) -> None:  # fmt: skip
     rows, cols = values.shape
     cmap = colormaps[colors]
     finite = values[np.isfinite(values)]
@@ -151,7 +151,7 @@ def matrix(ax: Axes, values: np.ndarray, name: str, title: str, *, masked=None, 
                 continue
             level = 0.0 if hi == lo else (v - lo) / (hi - lo)
             cell(
-                ax, j, rows - 1 - i, f"{v:.2f}", gid=f"{name}-{i}-{j}",
+                ax, j, rows - 1 - i, f"{v:.{digits}f}", gid=f"{name}-{i}-{j}",
                 color=cmap(0.05 + 0.55 * level), text_color="black",
             )  # fmt: skip
     ax.set_title(title, fontsize=FONT)

@@ -64,7 +64,8 @@ def attention_pipeline(
 ) -> Figure:
     r"""Causal scaled dot-product attention of one short sequence, step by step.
 
-    Four panels: the scores :math:`QK^\top/\sqrt{D}`; the scores with the causal mask
+    On top, the inputs :math:`Q`, :math:`K` and :math:`V` (one row per token); below,
+    four panels: the scores :math:`QK^\top/\sqrt{D}`; the scores with the causal mask
     (:func:`companion.attention.causal_mask`: a query sees itself and the keys before it,
     the rest is :math:`-\infty`); the weights,
     :func:`companion.attention.attention_weights` with ``is_causal=True``, each row
@@ -82,7 +83,8 @@ def attention_pipeline(
             it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
 
     Returns:
-        ``fig``, or a new figure. Artists: ``scores-i-j``, ``masked-i-j``, ``weights-i-j``,
+        ``fig``, or a new figure. Artists: ``query-i-j``, ``key-i-j``, ``value-i-j`` (the
+        inputs), ``scores-i-j``, ``masked-i-j``, ``weights-i-j``,
         ``output-i-j`` (the cells' texts).
     """
     fig = draw.target(fig)
@@ -100,8 +102,14 @@ def attention_pipeline(
     weights = attention.attention_weights(query, key, is_causal=True)
     output = attention.scaled_dot_product_attention(query, key, value, is_causal=True)
     s = scores.detach().double().numpy()
-    fig = draw.figure(6.2, 6.6, fig)
-    axes = fig.subplots(2, 2).ravel()
+    fig = draw.figure(6.2, 9.4, fig)
+    grid = fig.add_gridspec(3, 6, height_ratios=(0.8, 1.0, 1.0))
+    inputs = [fig.add_subplot(grid[0, 2 * k : 2 * k + 2]) for k in range(3)]
+    for ax, (name, what, tensor) in zip(inputs, (("query", "Q: queries", query), ("key", "K: keys", key), ("value", "V: values", value)), strict=True):  # fmt: skip
+        draw.matrix(
+            ax, tensor.detach().double().numpy(), name, what, colors="Greys", digits=1
+        )
+    axes = [fig.add_subplot(grid[1 + r, 3 * c : 3 * c + 3]) for r in (0, 1) for c in (0, 1)]  # fmt: skip
     draw.matrix(axes[0], s, "scores", "1. scores q·k / √D")
     draw.matrix(axes[1], s, "masked", "2. causal mask: keys\nafter the query → −∞", masked=visible.numpy())  # fmt: skip
     draw.matrix(axes[2], weights.detach().double().numpy(), "weights", "3. softmax of each row:\nrows sum to 1", masked=visible.numpy(), hidden="0")  # fmt: skip
@@ -110,7 +118,7 @@ def attention_pipeline(
         if k != 1:  # left panels only: on the right it ran into the left one's cells
             ax.text(-0.15, length - 0.5, "query 0", ha="right", va="center", fontsize=draw.FONT)  # fmt: skip
         ax.text(0.5, -0.15, "key 0", ha="center", va="top", fontsize=draw.FONT)
-    fig.subplots_adjust(left=0.14, right=0.98, top=0.9, bottom=0.05, wspace=0.35, hspace=0.45)  # fmt: skip
+    fig.subplots_adjust(left=0.14, right=0.98, top=0.94, bottom=0.04, wspace=0.9, hspace=0.5)  # fmt: skip
     return draw.finish(fig)
 
 

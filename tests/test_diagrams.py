@@ -820,3 +820,15 @@ def test_online_softmax_of_a_rising_row_draws_rescalings_below_one() -> None:
     factors = [_number(_text(fig, f"rescale-{b}")) for b in range(1, 4)]
     assert sum(f < 1 for f in factors) >= 2
     assert not any("_" in s.get_text() for s in fig.findobj(matplotlib.text.Text))
+
+
+def test_attention_pipeline_shows_its_inputs() -> None:
+    """R3a-8: Q, K and V are drawn, so panel 4 (weights × V) can be followed."""
+    q, k, v = _qkv()
+    fig = diagrams.attention_pipeline(q, k, v)
+    for name, tensor in (("query", q), ("key", k), ("value", v)):
+        for i in range(tensor.shape[0]):
+            for j in range(tensor.shape[1]):
+                assert _text(fig, f"{name}-{i}-{j}") == f"{tensor[i, j].item():.1f}"
+    labels = [s for s in fig.findobj(matplotlib.text.Text) if s.get_text() == "query 0"]
+    assert len(labels) == 2  # the left panels only: none against a neighbour's cells
