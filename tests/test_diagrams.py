@@ -462,6 +462,18 @@ Q, K, V = _qkv()
 # (public name, thunk, exception, regex the message must match)
 BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
     (
+        "frequency_rescaling",
+        lambda: diagrams.frequency_rescaling(head_dim=128, every=4),
+        ValueError,
+        r"^head_dim / 2 / every must be at most 12 pairs drawn, got 16 \(head_dim=128, every=4\)$",
+    ),
+    (
+        "frequency_rescaling",
+        lambda: diagrams.frequency_rescaling(every=0),
+        ValueError,
+        r"^every must be",
+    ),
+    (
         "sinusoid_clocks",
         lambda: diagrams.sinusoid_clocks(fig=Figure().subplots()),
         TypeError,
