@@ -106,6 +106,11 @@ def passed_cases(n: int) -> str:
     return "the 1 case passes" if n == 1 else f"all {n} cases pass"
 
 
+def plural(n: int, noun: str) -> str:
+    """``n`` and ``noun`` in words: "1 token", "4096 tokens"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def tally(check: str, passed: Iterable[object]) -> CheckResult:
     """Count the cases ``passed`` yields (one item per case that passed), then print
     the checker's one line and return its :class:`CheckResult`: "✓ ... all N cases
@@ -159,6 +164,7 @@ class CheckError(AssertionError):
         got: str = "",
         mistake: str | None = None,
         grid: str = "",
+        in_detail: bool = False,
     ) -> None:
         self.check = check
         self.prop = prop
@@ -168,8 +174,11 @@ class CheckError(AssertionError):
         self.mistake = mistake
         self.detail = detail
         self.grid = grid
+        # the numbers are shown once: a drawn grid replaces the flat preview, and a
+        # detail that already reads "expected 9, got 11" is not followed by them again
+        self._shown = bool(expected or got) and not grid and not in_detail
         lines = [f"{check}: {prop!r} failed on {inputs}"]
-        if expected or got:
+        if self._shown:
             lines.append(f"  expected: {expected}")
             lines.append(f"  got:      {got}")
         if detail:
@@ -186,7 +195,7 @@ class CheckError(AssertionError):
         second = f"  {self.prop!r} on {self.inputs}"
         if self.grid:  # a small mask: the two grids side by side, not flattened
             return [first, second + ":", *(f"    {r}" for r in self.grid.splitlines())]
-        if self.expected or self.got:
+        if self._shown:
             second += f": expected {self.expected}; got {self.got}"
         return [first, second]
 
@@ -504,13 +513,37 @@ def expect_close(
         )
     if check_dtype and tensor.dtype != expected.dtype:
         how = str(expected.dtype).removeprefix("torch.")
+        got64 = tensor.detach().to("cpu", torch.float64)
+        # a known mistake of another dtype than the reference's (an additive float
+        # mask where a boolean one is asked for): named by its values, exactly
+        for mistake in mistakes:
+            wrong = as_tensor(mistake.output)
+            if wrong is not None and wrong.dtype != expected.dtype:
+                if _close(got64, wrong.detach().to("cpu", torch.float64), 0.0, 0.0):
+                    raise _known(
+                        mistake,
+                        check,
+                        prop,
+                        where,
+                        expected=str(expected.dtype),
+                        got=str(tensor.dtype),
+                    )
+        fix = f"compute in {how}, or end with .to(torch.{how})"
+        if expected.dtype == torch.bool and not bool(
+            ((got64 == 0) | (got64 == 1)).all()
+        ):  # .to(torch.bool) would make every nonzero entry True
+            odd = got64[(got64 != 0) & (got64 != 1)][0].item()
+            fix = (
+                f"it holds values other than 0 and 1, such as {_number(odd)}: "
+                ".to(torch.bool) would make every nonzero entry True, so compute the "
+                "True/False answer itself"
+            )
         raise CheckError(
             check,
             prop,
             where,
             f"The exercise asks for {how}; your answer is "
-            f"{str(tensor.dtype).removeprefix('torch.')} (compute in {how}, or end "
-            f"with .to(torch.{how})).",
+            f"{str(tensor.dtype).removeprefix('torch.')} ({fix}).",
             expected=str(expected.dtype),
             got=str(tensor.dtype),
         )
@@ -614,6 +647,7 @@ def expect_close(
             detail + ".",
             expected=_number(e, digits),
             got=_number(g, digits),
+            in_detail=True,
         )
     first_index = tuple(
         int(i) for i in torch.unravel_index(torch.tensor(first), err.shape)

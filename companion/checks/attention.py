@@ -39,6 +39,14 @@ def _missing_scale(output: torch.Tensor) -> Mistake:
     )
 
 
+def _divided_by_d(output: torch.Tensor) -> Mistake:
+    return Mistake(
+        "divided by d_k instead of sqrt(d_k)",
+        "the scale is 1/sqrt(d_k): d_k ** -0.5, not 1 / d_k.",
+        output,
+    )
+
+
 @checker
 def check_attention(attention: Callable[..., torch.Tensor]) -> Iterator[Case]:
     r"""Check a learner's ``attention(query, key, value)``: softmax(QKᵀ/√d_k) V.
@@ -70,11 +78,7 @@ def check_attention(attention: Callable[..., torch.Tensor]) -> Iterator[Case]:
                 "softmax(scores, dim=-1), not dim=-2.",
                 torch.softmax(scores, dim=-2) @ v,
             ),
-            Mistake(
-                "divided by d_k instead of sqrt(d_k)",
-                "the scale is 1/sqrt(d_k): d_k ** -0.5, not 1 / d_k.",
-                _sdpa(q, k, v, scale=1.0 / width),
-            ),
+            _divided_by_d(_sdpa(q, k, v, scale=1.0 / width)),
             Mistake(
                 "forgot @ v",
                 "you returned the attention weights, (..., L, S); the output is "
@@ -92,8 +96,10 @@ def check_masked_attention(attention: Callable[..., torch.Tensor]) -> Iterator[C
     The mask follows ``F.scaled_dot_product_attention``: ``True`` where a query may
     attend. Properties checked: a padding mask that broadcasts over queries, and a
     general ``(L, S)`` mask. Named mistakes: "mask applied after the softmax", "mask
-    inverted", "mask multiplied into the scores" (``softmax(scores * mask)``),
-    "missing 1/sqrt(d_k)".
+    inverted", "masked scores set to 0 (multiplied by the mask, or filled with 0)"
+    (``softmax(scores * mask)``, ``scores.masked_fill(~mask, 0)``), "mask ignored",
+    "boolean mask added to the scores" (``softmax(scores + mask)``), "missing
+    1/sqrt(d_k)", "divided by d_k instead of sqrt(d_k)".
 
     Args:
         attention: a function ``attention(query, key, value, mask) -> Tensor``.
@@ -115,7 +121,8 @@ def check_masked_attention(attention: Callable[..., torch.Tensor]) -> Iterator[C
     for prop, mask in cases:
         inputs = {**_inputs(gen, (1,), 4, 5, 8), "mask": mask}
         q, k, v = inputs["query"], inputs["key"], inputs["value"]
-        weights = torch.softmax(q @ k.transpose(-2, -1) / 8**0.5, dim=-1)
+        scores = q @ k.transpose(-2, -1) / 8**0.5  # (1, L, S)
+        weights = torch.softmax(scores, dim=-1)
         mistakes = [
             Mistake(
                 "mask applied after the softmax",
@@ -131,13 +138,26 @@ def check_masked_attention(attention: Callable[..., torch.Tensor]) -> Iterator[C
                 _sdpa(q, k, v, mask=~mask),
             ),
             Mistake(
-                "mask multiplied into the scores",
-                "softmax(scores * mask) sets the masked scores to 0, and exp(0) = 1 "
-                "still gives those keys weight; set them to -inf before the softmax: "
-                "scores.masked_fill(~mask, float('-inf')).",
-                torch.softmax(q @ k.transpose(-2, -1) * mask / 8**0.5, dim=-1) @ v,
+                "masked scores set to 0 (multiplied by the mask, or filled with 0)",
+                "a score of 0 is an ordinary score: exp(0) = 1 still gives the blocked "
+                "keys weight. A blocked key needs a score of -inf before the softmax.",
+                torch.softmax(scores.masked_fill(~mask, 0.0), dim=-1) @ v,
+            ),
+            Mistake(
+                "mask ignored",
+                "your output attends to every key, as if there were no mask: the keys "
+                "the mask marks False must get weight 0.",
+                weights @ v,
+            ),
+            Mistake(
+                "boolean mask added to the scores",
+                "adding a bool mask adds 1 to the allowed scores and 0 to the blocked "
+                "ones, so the blocked keys keep their weight; a blocked key needs a "
+                "score of -inf before the softmax.",
+                torch.softmax(scores + mask, dim=-1) @ v,
             ),
             _missing_scale(_sdpa(q, k, v, mask=mask, scale=1.0)),
+            _divided_by_d(_sdpa(q, k, v, mask=mask, scale=1.0 / 8)),
         ]
         yield Case(prop, inputs, _sdpa(q, k, v, mask=mask), mistakes)
 
@@ -152,7 +172,9 @@ def check_causal_mask(causal_mask: Callable[..., torch.Tensor]) -> Iterator[Case
     ``torch.bool``; the answer is compared as booleans, and a wrong mask is drawn as a
     grid beside the expected one. Named mistakes: "causal mask off by one (the diagonal
     is excluded)", "causal mask off by one (one future key is visible)", "upper
-    triangle (triu instead of tril)", "mask inverted", "bottom-right alignment".
+    triangle (triu instead of tril)", "mask inverted", "bottom-right alignment",
+    "additive mask (0 / -inf) instead of a boolean one" (a float answer, recognized
+    before its dtype is reported).
 
     Args:
         causal_mask: a function ``causal_mask(query_length, key_length) -> Tensor``.
@@ -190,6 +212,15 @@ def check_causal_mask(causal_mask: Callable[..., torch.Tensor]) -> Iterator[Case
                 "F.scaled_dot_product_attention expects; triu(diagonal=1) is the "
                 "'blocked' mask.",
                 ~ones.tril(),
+            ),
+            Mistake(
+                "additive mask (0 / -inf) instead of a boolean one",
+                "0 where a query may attend and -inf where it may not is the mask "
+                "that is ADDED to the scores (Hugging Face's, nn.MultiheadAttention's "
+                "float masks); the exercise asks for the boolean mask "
+                "F.scaled_dot_product_attention takes: True where a query may "
+                "attend, i.e. where your mask is 0.",
+                torch.zeros(length, source).masked_fill(~ones.tril(), -torch.inf),
             ),
         ]
         if length != source:
@@ -248,16 +279,19 @@ def _tiled_without_rescale(
     *,
     rescale_sum: bool = False,
     rescale_values: bool = False,
+    own_max: bool = False,
 ) -> torch.Tensor:
     """The known wrong tiled attention: running max kept, but the running sum and/or
-    the accumulated values not rescaled when it grows (both, by default)."""
+    the accumulated values not rescaled when it grows (both, by default); with
+    ``own_max``, each block's exponentials taken against that block's maximum alone."""
     scores = query @ key.transpose(-2, -1) / query.shape[-1] ** 0.5  # (..., L, S)
     m = torch.full((*scores.shape[:-1], 1), -torch.inf)
     total = torch.zeros_like(m)
     acc = torch.zeros(*scores.shape[:-1], value.shape[-1])
     for j0 in range(0, key.shape[-2], block_size):
         s = scores[..., j0 : j0 + block_size]
-        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        m_block = s.amax(-1, keepdim=True)
+        m_new = m_block if own_max else torch.maximum(m, m_block)
         factor = torch.exp(m - m_new)  # (..., L, 1)
         p = torch.exp(s - m_new)
         total = (total * factor if rescale_sum else total) + p.sum(-1, keepdim=True)
@@ -278,7 +312,8 @@ def check_tiled_attention(
     ``S``; with one key per block; and with large scores (``|q·k|/√d`` in the hundreds),
     where only a running maximum keeps ``exp`` finite. Named mistakes: "running sums not
     rescaled" (neither the sum nor the accumulated values), "accumulated values not
-    rescaled" (the sum only), "running sum not rescaled" (the values only). The checker
+    rescaled" (the sum only), "running sum not rescaled" (the values only), "each block
+    uses its own maximum, earlier blocks not rescaled" (no running maximum). The checker
     compares values only: it cannot see whether the full ``(L, S)`` score matrix was
     formed.
 
@@ -316,6 +351,14 @@ def check_tiled_attention(
                 "grows, but not the running sum of exponentials: it needs the same "
                 "factor, since both hold terms exp(s - m_old).",
                 _tiled_without_rescale(q, k, v, block, rescale_values=True),
+            ),
+            Mistake(
+                "each block uses its own maximum, earlier blocks not rescaled",
+                "exp(s - m) of blocks shifted by different maxima are on different "
+                "scales (each block's largest term is 1), so adding them weighs the "
+                "blocks wrongly: all terms must be relative to one maximum, the "
+                "largest seen so far.",
+                _tiled_without_rescale(q, k, v, block, own_max=True),
             ),
         ]
         yield Case(prop, {**inputs, "block_size": block}, _sdpa(q, k, v), mistakes)

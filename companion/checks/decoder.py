@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from companion.attention import scaled_dot_product_attention
-from companion.checks._core import Case, Mistake, checker, f64
+from companion.checks._core import Case, Mistake, checker, f64, plural
 
 __all__ = ["check_cached_attention", "check_kv_cache_bytes", "check_repeat_kv"]
 
@@ -22,7 +22,8 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable[..., object]) -> Iterator[Case
     Each layer stores a key and a value of ``head_dim`` numbers per *key/value* head and
     per token: :math:`2 \cdot n_\text{layers} \cdot H_{kv} \cdot D \cdot b \cdot T`. The
     answer may be a Python number or a 0-d tensor. Named mistakes: "counted the query
-    heads", "keys only", "one layer only", "head_dim split across heads".
+    heads", "keys only", "one layer only", "head_dim split across heads", "bits, not
+    bytes".
 
     Args:
         kv_cache_bytes: a function of six ints returning the number of bytes.
@@ -60,11 +61,17 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable[..., object]) -> Iterator[Case
                 "the number of heads.",
                 f64(2 * layers * kv * dim * size * tokens / heads),
             ),
+            Mistake(  # the third case (8 query heads, 1 kv head) gives "query heads"
+                "bits, not bytes",
+                "bytes_per_element is already in bytes (2 for float16): the answer is "
+                "a number of bytes, not 8 times that.",
+                f64(8 * right),
+            ),
         ]
         if heads == kv:  # "counted the query heads" gives the right answer here
             mistakes = mistakes[1:]
         yield Case(
-            f"bytes of the keys and values cached for {tokens} tokens",
+            f"bytes of the keys and values cached for {plural(tokens, 'token')}",
             {
                 "num_layers": layers,
                 "num_heads": heads,

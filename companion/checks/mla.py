@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-from companion.checks._core import Case, Mistake, checker, f64
+from companion.checks._core import Case, Mistake, checker, f64, plural
 
 __all__ = ["check_absorbed_scores", "check_mla_cache_bytes"]
 
@@ -30,7 +30,7 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., object]) -> Iterator[Ca
     one rope key :math:`k^R` that all heads share (``qk_rope_head_dim``):
     :math:`n_\text{layers} (r + d_R)\, b\, T`, whatever the number of heads. The answer
     may be a Python number or a 0-d tensor. Named mistakes: "rope key cached per head",
-    "latent cached twice", "rope key left out", "one layer only".
+    "latent cached twice", "rope key left out", "one layer only", "bits, not bytes".
 
     Args:
         mla_cache_bytes: a function of six ints returning the number of bytes.
@@ -38,7 +38,7 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., object]) -> Iterator[Ca
     for layers, heads, r, dr, size, tokens in _CACHE_CASES:
         per = layers * size * tokens
         yield Case(
-            f"bytes MLA caches for {tokens} tokens",
+            f"bytes MLA caches for {plural(tokens, 'token')}",
             {
                 "num_layers": layers,
                 "num_heads": heads,
@@ -72,6 +72,12 @@ def check_mla_cache_bytes(mla_cache_bytes: Callable[..., object]) -> Iterator[Ca
                     "one layer only",
                     f"every one of the {layers} layers has its own latent cache.",
                     f64(size * tokens * (r + dr)),
+                ),
+                Mistake(
+                    "bits, not bytes",
+                    "bytes_per_element is already in bytes (2 for bfloat16): the "
+                    "answer is a number of bytes, not 8 times that.",
+                    f64(8 * per * (r + dr)),
                 ),
             ],
             atol=0.5,

@@ -161,8 +161,9 @@ def check_wavelengths(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
     r"""Check a learner's wavelengths ``fn(dim) -> (D/2,)``: :math:`2\pi/\omega_i`.
 
     Reference: :func:`companion.positional.sinusoidal_wavelengths`. Named mistakes:
-    "frequency instead of wavelength", "wavelength without the 2*pi", "exponent i/D
-    instead of 2i/D", "one wavelength per dimension" (D values, not D/2).
+    "frequency instead of wavelength", "wavelength without the 2*pi", "half a period (pi
+    instead of 2*pi)", "exponent i/D instead of 2i/D", "one wavelength per dimension" (D
+    values, not D/2).
 
     Args:
         fn: a function ``fn(dim)`` returning a tensor of shape ``(D // 2,)``.
@@ -181,6 +182,13 @@ def check_wavelengths(fn: Callable[..., torch.Tensor]) -> Iterator[Case]:
                 "sin(pos ω_i) repeats when pos ω_i grows by 2*pi, so the period is "
                 "2*pi / ω_i.",
                 1.0 / omega,
+            ),
+            Mistake(
+                "half a period (pi instead of 2*pi)",
+                "after pos ω_i grows by pi, sin(pos ω_i) has only changed sign; it "
+                "takes 2*pi to come back to the same value, so the period is "
+                "2*pi / ω_i.",
+                torch.pi / omega,
             ),
             Mistake(
                 "exponent i/D instead of 2i/D",

@@ -328,12 +328,166 @@ def test_an_unnamed_wrong_mask_is_compared_as_booleans() -> None:
     assert err.grid.splitlines()[3].split() == "1 1 1 . . . 1 1 . .".split()
 
 
-def test_masked_attention_names_the_mask_multiplied_into_the_scores(named) -> None:
-    def multiplied(query, key, value, mask):
-        scores = query @ key.mT / math.sqrt(query.shape[-1])
-        return torch.softmax(scores * mask, dim=-1) @ value
+# ---- review R3a-12, B8, B9: each natural wrong answer named by what is wrong ------------
 
-    named(
-        lambda: checks.check_masked_attention(multiplied),
-        "mask multiplied into the scores",
+
+def _scores(query, key):
+    return query @ key.mT / math.sqrt(query.shape[-1])
+
+
+def _masked_softmax_after_renormalizing(query, key, value, mask):
+    weights = torch.softmax(_scores(query, key), dim=-1) * mask
+    return weights / weights.sum(-1, keepdim=True) @ value
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda q, k, v, m: torch.softmax(_scores(q, k).masked_fill(~m, -1e9), -1) @ v,
+        lambda q, k, v, m: (
+            torch.softmax(_scores(q, k).masked_fill(~m, torch.finfo(q.dtype).min), -1)
+            @ v
+        ),
+        lambda q, k, v, m: (
+            torch.softmax(torch.where(m, _scores(q, k), -math.inf), dim=-1) @ v
+        ),
+        _masked_softmax_after_renormalizing,
+    ],
+    ids=["fill-1e9", "fill-finfo-min", "where", "renormalized"],
+)
+def test_masked_attention_accepts_every_equivalent_form(answer) -> None:
+    assert checks.check_masked_attention(answer)
+
+
+ZEROED = "masked scores set to 0 (multiplied by the mask, or filled with 0)"
+
+
+@pytest.mark.parametrize(
+    ("answer", "name"),
+    [
+        # (a), B9: both give the blocked keys a score of 0, and one message says so
+        (lambda q, k, v, m: torch.softmax(_scores(q, k) * m, -1) @ v, ZEROED),
+        (
+            lambda q, k, v, m: (
+                torch.softmax(_scores(q, k).masked_fill(~m, 0.0), -1) @ v
+            ),
+            ZEROED,
+        ),
+        # (b)
+        (lambda q, k, v, m: torch.softmax(_scores(q, k), -1) @ v, "mask ignored"),
+        (
+            lambda q, k, v, m: torch.softmax(_scores(q, k) + m, -1) @ v,
+            "boolean mask added to the scores",
+        ),
+        (
+            lambda q, k, v, m: (
+                torch.softmax((q @ k.mT / q.shape[-1]).masked_fill(~m, -math.inf), -1)
+                @ v
+            ),
+            "divided by d_k instead of sqrt(d_k)",
+        ),
+    ],
+    ids=["multiplied", "filled-0", "ignored", "bool-added", "1/d_k"],
+)
+def test_masked_attention_names_each_natural_mistake(answer, name, named) -> None:
+    err = named(lambda: checks.check_masked_attention(answer), name)
+    # the first line says what is wrong, with no count of differing values
+    assert err.detail.startswith(f'This is the known mistake "{name}": ')
+    assert "values differ" not in str(err)
+    # the message names neither code the learner may not have written
+    if name == ZEROED:
+        assert "softmax(scores * mask)" not in err.detail
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_causal_mask_names_an_additive_mask(dtype, named) -> None:
+    def additive(query_length, key_length):
+        allowed = torch.ones(query_length, key_length, dtype=torch.bool).tril()
+        return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, -math.inf)
+
+    err = named(
+        lambda: checks.check_causal_mask(additive),
+        "additive mask (0 / -inf) instead of a boolean one",
     )
+    # B8: no advice to cast, which would turn -inf into True and 0 into False
+    assert ".to(torch.bool)" not in str(err)
+    assert "True where a query may attend" in err.detail
+    assert (err.expected, err.got) == ("torch.bool", str(dtype))
+
+
+def test_causal_mask_float_with_large_negatives_is_not_told_to_cast() -> None:
+    def additive(n, m):
+        return torch.zeros(n, m).masked_fill(~torch.ones(n, m).tril().bool(), -1e9)
+
+    with pytest.raises(checks.CheckError) as info:
+        checks.check_causal_mask(additive)
+    assert info.value.detail == (
+        "The exercise asks for bool; your answer is float32 (it holds values other "
+        "than 0 and 1, such as -1000000000: .to(torch.bool) would make every nonzero "
+        "entry True, so compute the True/False answer itself)."
+    )
+
+
+def test_causal_mask_float_of_zeros_and_ones_is_told_to_cast() -> None:
+    with pytest.raises(checks.CheckError) as info:
+        checks.check_causal_mask(lambda n, m: causal_mask(n, m).float())
+    assert info.value.detail == (
+        "The exercise asks for bool; your answer is float32 (compute in bool, or end "
+        "with .to(torch.bool))."
+    )
+
+
+def test_a_drawn_mask_is_not_also_printed_flat(named) -> None:
+    # (f): the grid replaces the flat preview that ran row 0 into row 1
+    err = named(
+        lambda: checks.check_causal_mask(
+            lambda n, m: torch.ones(n, m, dtype=torch.bool).triu(1)
+        ),
+        "mask inverted",
+    )
+    text = str(err)
+    assert "25 values" not in text and "expected:" not in text, text
+    assert text.splitlines()[2].split() == ["expected", "got"]
+    assert err._render_traceback_()[2].split() == ["expected", "got"]
+
+
+def flash_v1(query, key, value, block_size):
+    """Another correct form: the output kept normalized after every block (as
+    FlashAttention-1 does), instead of dividing once at the end."""
+    q = query / math.sqrt(query.shape[-1])
+    m = torch.full((*query.shape[:-1], 1), -math.inf)
+    total = torch.zeros_like(m)
+    out = torch.zeros(*query.shape[:-1], value.shape[-1])
+    for start in range(0, key.shape[-2], block_size):
+        s = q @ key[..., start : start + block_size, :].mT
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        total_new = total * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
+        v = value[..., start : start + block_size, :]
+        out = (out * total * torch.exp(m - m_new) + p @ v) / total_new
+        m, total = m_new, total_new
+    return out
+
+
+def test_tiled_attention_accepts_a_normalized_running_output() -> None:
+    assert checks.check_tiled_attention(flash_v1)
+
+
+def test_tiled_attention_names_each_block_on_its_own_maximum(named) -> None:
+    # (c): no running maximum, each block shifted by its own
+    def own_max(query, key, value, block_size):
+        q = query / math.sqrt(query.shape[-1])
+        total = torch.zeros(*query.shape[:-1], 1)
+        acc = torch.zeros(*query.shape[:-1], value.shape[-1])
+        for s0 in range(0, key.shape[-2], block_size):
+            s = q @ key[..., s0 : s0 + block_size, :].mT
+            p = torch.exp(s - s.amax(-1, keepdim=True))
+            total = total + p.sum(-1, keepdim=True)
+            acc = acc + p @ value[..., s0 : s0 + block_size, :]
+        return acc / total
+
+    err = named(
+        lambda: checks.check_tiled_attention(own_max),
+        "each block uses its own maximum, earlier blocks not rescaled",
+    )
+    assert "values differ" not in str(err)

@@ -53,6 +53,29 @@ def test_kv_cache_bytes_names(named) -> None:
     )
 
 
+def test_kv_cache_bytes_names_bits_and_counts_tokens_in_words(named) -> None:
+    # review B7: the unit slip is named; "1 token", not "1 tokens"
+    err = named(
+        lambda: checks.check_kv_cache_bytes(
+            lambda n, h, kv, d, b, t: 2 * n * kv * d * b * t * 8
+        ),
+        "bits, not bytes",
+    )
+    assert err.prop == "bytes of the keys and values cached for 1 token"
+
+
+def test_kv_cache_bytes_states_an_unnamed_number_once() -> None:
+    # review B7: "expected 98304, got 196608" once, in the plain and the Jupyter form
+    with pytest.raises(checks.CheckError) as info:
+        checks.check_kv_cache_bytes(
+            lambda n, h, kv, d, b, t: 2 * n * kv * d * b * (t + 1)
+        )
+    err = info.value
+    assert err.mistake is None and err.detail == "expected 98304, got 196608."
+    assert str(err).count("196608") == 1, str(err)
+    assert "\n".join(err._render_traceback_()).count("196608") == 1
+
+
 def test_kv_cache_bytes_stub_is_not_attempted(capsys) -> None:
     def kv_cache_bytes(num_layers, num_heads, num_kv_heads, head_dim, size, tokens):
         raise NotImplementedError

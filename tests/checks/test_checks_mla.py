@@ -3,8 +3,10 @@ pass; each named mistake is named; the stub is "not attempted"."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from companion.checks import CheckError
 from companion.checks.mla import check_absorbed_scores, check_mla_cache_bytes
 
 # ---- check_mla_cache_bytes -----------------------------------------------------------
@@ -24,8 +26,19 @@ def test_mla_cache_bytes_names_each_mistake(named) -> None:
         "latent cached twice": lambda n, h, r, dr, b, t: n * (2 * r + dr) * b * t,
         "rope key left out": lambda n, h, r, dr, b, t: n * r * b * t,
         "one layer only": lambda n, h, r, dr, b, t: (r + dr) * b * t,
+        "bits, not bytes": lambda n, h, r, dr, b, t: 8 * n * (r + dr) * b * t,
     }.items():
         named(lambda wrong=wrong: check_mla_cache_bytes(wrong), name)
+
+
+def test_mla_cache_bytes_counts_tokens_in_words() -> None:
+    # review B7: "for 1 token", "for 4096 tokens"
+    with pytest.raises(CheckError) as info:
+        check_mla_cache_bytes(lambda n, h, r, dr, b, t: n * (r + dr) * b * t + 1)
+    assert info.value.prop == "bytes MLA caches for 1 token"
+    with pytest.raises(CheckError) as info:
+        check_mla_cache_bytes(lambda n, h, r, dr, b, t: n * (r + dr) * b * t + (t > 1))
+    assert info.value.prop == "bytes MLA caches for 4096 tokens"
 
 
 def test_mla_cache_bytes_stub_is_not_attempted() -> None:

@@ -159,6 +159,10 @@ def test_wavelengths_accepts(answer) -> None:
             ),
             "exponent i/D instead of 2i/D",
         ),
+        (  # review R3a-12 (e)
+            lambda d: math.pi * 10000.0 ** (2 * torch.arange(d // 2) / d),
+            "half a period (pi instead of 2*pi)",
+        ),
     ],
 )
 def test_wavelengths_names(answer, name, named) -> None:
