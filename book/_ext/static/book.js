@@ -292,7 +292,10 @@ function bookSplitTeX(tex) {
 
 const bookFitted = [];
 async function bookFitDisplayMath() {
-  if (!(window.MathJax && MathJax.startup && MathJax.typesetPromise)) return;
+  if (!(window.MathJax && MathJax.startup && MathJax.typesetPromise)) {
+    document.documentElement.dataset.bookMathFitted = "1";  // a page without formulas
+    return;
+  }
   await MathJax.startup.promise;
   // back to the formulas as written (a turned phone, a wider window)
   while (bookFitted.length) {
