@@ -24,7 +24,7 @@ from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
 
 __all__ = ["frequency_rescaling", "rope_rotation", "sinusoid_clocks", "t5_bucket_map"]
 
-# ---- Chapter 1: the sinusoids as clock hands --------------------------------------------
+# ---- The sinusoidal encoding: the sinusoids as clock hands ---------------------------
 
 
 def sinusoid_clocks(

@@ -12,7 +12,7 @@ and compare them with those functions. Every diagram is sized for a phone: its s
 text reads at least ``plotting.MIN_TEXT_PX`` CSS pixels when the figure is
 shown 358 px wide (:func:`companion.plotting.readable`).
 
-The padded-batch diagram of chapter 6, which draws on an ``Axes`` like the plot helpers,
+The padded-batch diagram of the normalization chapter, which draws on an ``Axes`` like the plot helpers,
 stays :func:`companion.plotting.padded_batch_diagram`.
 """
 
@@ -546,7 +546,7 @@ def mla_paths(config: object, *, fig: Figure | None = None) -> Figure:
     return draw.finish(fig)
 
 
-# ---- Chapter 10: FlashAttention's tiles -------------------------------------------------------
+# ---- The performance appendix: FlashAttention's tiles ------------------------------------
 
 
 def attention_tiles(

@@ -2,8 +2,9 @@
 independent computations of what the chapter teaches (NumPy loops from the formulas,
 Hugging Face's T5 buckets, torch.softmax), its text reads on a phone, and bad input
 raises a TypeError/ValueError naming the argument (``BAD_INPUTS``, read by the
-package-wide contract test as well). The static test at the end checks that chapters 1
-to 10 each show at least one of these diagrams as a captioned figure."""
+package-wide contract test as well). The static test at the end checks that every chapter from
+the sinusoidal encoding to the performance appendix shows at least one of these diagrams
+as a captioned figure."""
 
 from __future__ import annotations
 
@@ -826,7 +827,8 @@ def test_rope_rotation_labels_sit_outside_the_circle() -> None:
 
 
 def test_online_softmax_of_a_rising_row_draws_rescalings_below_one() -> None:
-    """R3a-7/B3: a row whose maximum rises draws factors < 1 (ch05 asserts its own)."""
+    """R3a-7/B3: a row whose maximum rises draws factors < 1 (the attention chapter asserts
+    its own)."""
     rising = torch.tensor([1.0, 0.5, 2.0, 3.5, 1.2, 0.3, 4.8, 2.2, 1.0, 5.6, -0.7])
     fig = diagrams.online_softmax(rising, block_size=3)
     factors = [_number(_text(fig, f"rescale-{b}")) for b in range(1, 4)]
