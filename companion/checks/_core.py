@@ -43,6 +43,7 @@ __all__ = [
     "checker",
     "describe_inputs",
     "expect_close",
+    "known_mistake",
 ]
 
 NOT_ATTEMPTED = (
@@ -227,6 +228,15 @@ class Mistake:
         _validate.instance("explanation", self.explanation, str, "a str")
         _validate.optional(_validate.real, "atol", self.atol, minimum=0.0)
         _validate.optional(_validate.real, "rtol", self.rtol, minimum=0.0)
+
+
+def known_mistake(name: str, explanation: str) -> Callable[[object], Mistake]:
+    """A known mistake whose output each case computes: ``known_mistake(name, why)``
+    returns ``output -> Mistake(name, why, output)``, so a checker names the mistake once
+    and feeds it each case's wrong output."""
+    _validate.instance("name", name, str, "a str")
+    _validate.instance("explanation", explanation, str, "a str")
+    return functools.partial(Mistake, name, explanation)
 
 
 class NotAttempted(Exception):

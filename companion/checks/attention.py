@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from companion import attention
-from companion.checks._core import Case, Mistake, checker
+from companion.checks._core import Case, Mistake, checker, known_mistake
 
 __all__ = [
     "check_attention",
@@ -30,21 +30,15 @@ def _inputs(
     }
 
 
-def _missing_scale(output: torch.Tensor) -> Mistake:
-    return Mistake(
-        "missing 1/sqrt(d_k)",
-        "divide the scores q·k by sqrt(d_k) (the last dimension of query) before the "
-        "softmax; without it their variance grows like d_k and the softmax saturates.",
-        output,
-    )
-
-
-def _divided_by_d(output: torch.Tensor) -> Mistake:
-    return Mistake(
-        "divided by d_k instead of sqrt(d_k)",
-        "the scale is 1/sqrt(d_k): d_k ** -0.5, not 1 / d_k.",
-        output,
-    )
+_missing_scale = known_mistake(
+    "missing 1/sqrt(d_k)",
+    "divide the scores q·k by sqrt(d_k) (the last dimension of query) before the "
+    "softmax; without it their variance grows like d_k and the softmax saturates.",
+)
+_divided_by_d = known_mistake(
+    "divided by d_k instead of sqrt(d_k)",
+    "the scale is 1/sqrt(d_k): d_k ** -0.5, not 1 / d_k.",
+)
 
 
 @checker

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from companion import norm
-from companion.checks._core import Case, Mistake, checker
+from companion.checks._core import Case, Mistake, checker, known_mistake
 
 __all__ = [
     "check_batch_norm",
@@ -34,20 +34,13 @@ def _norm_rows(
     return (x - mean) / torch.sqrt(var + eps)
 
 
-def _eps_outside(eps_outside: torch.Tensor) -> Mistake:
-    return Mistake(
-        "eps outside the square root",
-        "compute (x - mean) / sqrt(var + eps), not (x - mean) / (std + eps).",
-        eps_outside,
-    )
-
-
-def _no_gain(output: torch.Tensor) -> Mistake:
-    return Mistake(
-        "forgetting the gain",
-        "multiply the normalized x by weight before adding bias.",
-        output,
-    )
+_eps_outside = known_mistake(
+    "eps outside the square root",
+    "compute (x - mean) / sqrt(var + eps), not (x - mean) / (std + eps).",
+)
+_no_gain = known_mistake(
+    "forgetting the gain", "multiply the normalized x by weight before adding bias."
+)
 
 
 @checker

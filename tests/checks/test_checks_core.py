@@ -704,3 +704,12 @@ def test_a_pass_from_the_learners_cell_is_the_learners(shell, capsys) -> None:
     assert (
         capsys.readouterr().out.splitlines()[0] == "✓ check_softmax: all 3 cases pass"
     )
+
+
+def test_known_mistake_names_once_and_takes_each_cases_output() -> None:
+    make = checks._core.known_mistake("sign flipped", "negate it back.")
+    first, second = make(torch.ones(2)), make(torch.zeros(2))
+    assert (first.name, first.explanation) == (second.name, second.explanation)
+    assert first.name == "sign flipped" and torch.equal(second.output, torch.zeros(2))
+    with pytest.raises(TypeError, match="name"):
+        checks._core.known_mistake(3, "why")
