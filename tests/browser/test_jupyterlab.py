@@ -21,7 +21,7 @@ every check runs on that visit (``test_chapter_in_jupyterlab``):
 * saving the chapter, as JupyterLab's autosave would, leaves ``git status --porcelain``
   empty: opening a chapter does not modify it.
 
-Chapter 00's exercise is also run, in a scratch notebook next to the chapters: the stub
+The environment chapter's exercise is also run, in a scratch notebook next to the chapters: the stub
 as the chapter ships it, a wrong attempt, a right one and the chapter's own folded
 solution cell. Each prints one or two lines, with no traceback frames and no ``Out[n]:``,
 and the solution's pass reads "(reference solution)", so after Run All the learner's "not
@@ -216,7 +216,7 @@ def _solution_cells(nb: dict) -> set[int]:
 
 
 def _chapter_solution() -> dict:
-    """Chapter 00's solution code cell, as the chapter ships it (folded, marked)."""
+    """The environment chapter's solution code cell, as shipped (folded, marked)."""
     nb = _notebook(next(c for c in CHAPTERS if c.startswith("00_")))
     cells = [nb["cells"][i] for i in sorted(_solution_cells(nb))]
     return next(c for c in cells if c["cell_type"] == "code")
