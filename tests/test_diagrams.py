@@ -8,7 +8,6 @@ as a captioned figure."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from matplotlib.figure import Figure
+from test_plotting import svg_width_inches
 from torch import nn
 
 from companion import _colors, diagrams, extension, model, modern, norm
@@ -93,20 +93,11 @@ def test_every_public_diagram_is_exercised() -> None:
     assert drawn == set(diagrams.__all__)
 
 
-def _svg_width_inches(fig: Figure) -> float:
-    """The width of ``fig`` as Jupyter's inline backend saves it (SVG, tight bbox)."""
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    width = re.search(r'<svg[^>]*\swidth="([0-9.]+)pt"', buf.getvalue())
-    assert width, "no width on the SVG element"
-    return float(width.group(1)) / 72.0
-
-
 @pytest.mark.parametrize("name", list(DIAGRAMS), ids=str)
 def test_diagram_is_a_figure_whose_text_reads_on_a_phone(name: str) -> None:
     fig = DIAGRAMS[name]()
     assert isinstance(fig, Figure)
-    width = _svg_width_inches(fig)  # the saved SVG, as the book shows it
+    width = svg_width_inches(fig)  # the saved SVG, as the book shows it
     texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_text()]
     assert texts, "a diagram without text explains nothing"
     smallest = min(t.get_fontsize() for t in texts) * 358.0 / (72.0 * width)

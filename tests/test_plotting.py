@@ -657,7 +657,7 @@ def test_the_phone_floor_is_at_least_ten_css_pixels() -> None:
     assert plotting.PHONE_COLUMN_PX == 358.0  # 390 px screen less the page's margins
 
 
-def _svg_width_inches(fig: Figure) -> float:
+def svg_width_inches(fig: Figure) -> float:
     """The width of ``fig`` as Jupyter's inline backend saves it (SVG, tight bbox)."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
@@ -679,7 +679,7 @@ def test_readable_raises_small_text_to_the_phone_floor_and_leaves_large_text() -
     texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_text()]
     assert len(texts) >= 5
     # shown size of every text, from the width of the SVG the notebook would show
-    width = _svg_width_inches(fig)
+    width = svg_width_inches(fig)
     assert width == pytest.approx(plotting.shown_width(fig), abs=0.02)
     shown = [t.get_fontsize() * 358.0 / (width * 72) for t in texts]
     assert (
@@ -693,7 +693,7 @@ def test_readable_raises_small_text_to_the_phone_floor_and_leaves_large_text() -
     label = narrow.add_subplot().set_xlabel("x", fontsize=6)
     plotting.readable(narrow)
     assert (
-        label.get_fontsize() * 358.0 / (72 * _svg_width_inches(narrow))
+        label.get_fontsize() * 358.0 / (72 * svg_width_inches(narrow))
         >= PHONE_FLOOR_PX - 0.05
     )
     assert label.get_fontsize() < PHONE_FLOOR_PX * 72 * 7.0 / 358.0
@@ -709,7 +709,7 @@ def test_readable_survives_a_later_tight_layout() -> None:
     fig.subplots_adjust(left=0.3, right=0.7)  # empty margins: a narrow crop
     plotting.readable(fig)
     fig.tight_layout()
-    width = _svg_width_inches(fig)
+    width = svg_width_inches(fig)
     shown = min(
         t.get_fontsize() * 358.0 / (width * 72)
         for t in fig.findobj(matplotlib.text.Text)
@@ -725,7 +725,7 @@ def test_readable_counts_labels_past_the_edge() -> None:
     ax = fig.add_subplot()
     ax.set_yticks([0, 1], labels=["a very long category name", "b"])
     plotting.readable(fig)
-    width = _svg_width_inches(fig)
+    width = svg_width_inches(fig)
     assert width > 4.0
     shown = min(
         t.get_fontsize() * 358.0 / (width * 72)

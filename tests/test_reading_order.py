@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
+from test_book import toc_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,22 +111,7 @@ LABEL = re.compile(r"^\(([^()\s]+)\)=\s*$", re.M)
 EXERCISE_LABEL = re.compile(r"^:label:\s*(\S+)\s*$", re.M)
 
 
-def toc_pages() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    pages: list[str] = [toc["root"]]
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            if "file" in node:
-                pages.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(toc.get("parts", []))
-    return pages
+toc_pages = toc_files  # test_book's reader of _toc.yml, in reading order
 
 
 def markdown_of(page: str) -> list[str]:
