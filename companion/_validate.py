@@ -516,3 +516,18 @@ def divisor(name: str, value: object, of_name: str, of: int) -> int:
     if of % value:
         raise ValueError(f"{name} must divide {of_name} ({of}), got {value}")
     return value
+
+
+# ---- padding masks -----------------------------------------------------------------------
+
+
+def padding_mask(name: str, value: object) -> Tensor:
+    """Hugging Face's 2-D ``attention_mask``: a ``(B, S)`` bool or integer tensor of 0/1
+    (1 = a token, 0 = padding), returned as a bool tensor."""
+    value = tensor(name, value, dtype=("integer", "bool"), ndim=2, meaning="(B, S)")
+    if value.dtype != torch.bool and ((value != 0) & (value != 1)).any():
+        raise ValueError(
+            f"{name} must hold only 0 and 1, got values in "
+            f"[{int(value.min())}, {int(value.max())}]"
+        )
+    return value.bool()

@@ -47,6 +47,7 @@ MODULES = [
     "mla",
     "modern",
     "stability",
+    "masks",
     "performance",
     "kernels",
     "diagrams",
