@@ -1,39 +1,28 @@
 r"""Masks as functions, FlexAttention's score modifiers, and the learned sink column.
 
-One **mask predicate** per attention pattern: a function ``mask_mod(b, h, q_idx, kv_idx)``
-of index tensors that returns a bool tensor, ``True`` where query ``q_idx`` of batch row
-``b`` and head ``h`` **may** attend key ``kv_idx`` (torch's convention). It is the form
-:func:`torch.nn.attention.flex_attention.create_block_mask` takes as ``mask_mod`` and
-Hugging Face's ``transformers.masking_utils`` calls ``mask_function``, so one predicate
-serves the three paths:
+A **mask predicate** ``mask_mod(b, h, q_idx, kv_idx)`` takes index tensors and returns a
+bool tensor, ``True`` where query ``q_idx`` of batch row ``b``, head ``h`` **may** attend
+key ``kv_idx`` (torch's convention): FlexAttention's ``mask_mod`` and the
+``mask_function`` of Hugging Face's ``transformers.masking_utils``. One predicate serves
+eager attention and :func:`torch.nn.functional.scaled_dot_product_attention` through
+:func:`materialize_mask` (a ``(B, 1 or H, L, S)`` bool tensor), and FlexAttention as is
+(``create_block_mask(mask_mod, B, H, L, S)``). The patterns: :func:`causal`,
+:func:`sliding_window_causal`, :func:`chunked_causal`, :func:`same_document`,
+:func:`prefix_lm`, :func:`padding`, combined by :func:`and_masks` and :func:`or_masks`;
+:func:`offset_queries` puts the queries after a KV cache. Each equals transformers 5.23's
+counterpart on the same inputs (tested). FlexAttention's ``score_mod`` for soft-capping
+and ALiBi: :func:`softcap_score_mod`, :func:`alibi_score_mod`.
 
-- eager attention and :func:`torch.nn.functional.scaled_dot_product_attention`, through
-  :func:`materialize_mask`, which evaluates it on broadcast index grids into a
-  ``(B, 1 or H, L, S)`` bool tensor;
-- FlexAttention, which takes it as is (``create_block_mask(mask_mod, B, H, L, S)``).
-
-The patterns: :func:`causal`, :func:`sliding_window_causal` (Mistral, Gemma, GPT-OSS),
-:func:`chunked_causal` (Llama 4's ``attention_chunk_size``), :func:`same_document` (packed
-sequences), :func:`prefix_lm`, :func:`padding`; :func:`and_masks` and :func:`or_masks`
-combine them and :func:`offset_queries` places the queries after a KV cache. Each equals
-its counterpart in transformers 5.23's ``masking_utils`` for the same inputs (tested).
-
-Score modifiers ``score_mod(score, b, h, q_idx, kv_idx)`` for FlexAttention:
-:func:`softcap_score_mod` (Gemma 2's tanh cap) and :func:`alibi_score_mod` (ALiBi, with
-the slopes of :func:`companion.extension.alibi_slopes`).
-
-The **learned sink** of GPT-OSS is one logit per head appended as a column to every row
-of scores before the softmax and dropped after it: it takes probability mass and gives
-no value (:func:`attention_with_sinks`). It cannot be a ``score_mod`` (it is a column, not
-a change of one); after any attention that returns its log-sum-exp (FlexAttention,
-FlashAttention) it is a rescaling of the output, :func:`apply_sinks`, and its gradient
-is :func:`sink_gradient`.
+GPT-OSS's **learned sink**, one logit per head, is a column appended to every row of
+scores before the softmax and dropped after it: it takes mass and gives no value
+(:func:`attention_with_sinks`). It is not a ``score_mod`` (a column, not a change of
+one); after an attention that returns its log-sum-exp it is a rescaling
+(:func:`apply_sinks`), and its gradient has a closed form (:func:`sink_gradient`).
 
 FlexAttention on CPU in torch 2.13 (measured in ``tests/test_masks.py``): the forward
-runs eagerly (an unfused path that materialises the scores, with a warning that
-recommends ``torch.compile``); the backward does not: any input with
-``requires_grad=True`` raises ``NotImplementedError`` ("FlexAttention does not support
-backward on CPU").
+runs eagerly (unfused, with a warning that recommends ``torch.compile``); the backward
+does not: an input with ``requires_grad=True`` raises ``NotImplementedError``
+("FlexAttention does not support backward on CPU").
 """
 
 from __future__ import annotations
@@ -68,20 +57,16 @@ __all__ = [
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
-# What a predicate reads, for materialize_mask to check before it evaluates it:
-# (batch rows, positions covered, device) of the tensors it indexes; None: any.
-_READS = "_companion_reads"
+
+def _reads(mod: object) -> tuple[Tensor, ...]:
+    """The tensors a predicate of this module indexes (``(B,)`` or ``(B, S)``), for
+    :func:`materialize_mask` to check before it evaluates it; ``()`` for any other."""
+    return getattr(mod, "_companion_reads", ())
 
 
-def _reads(mod: object) -> tuple[int | None, int | None, torch.device | None]:
-    return getattr(mod, _READS, (None, None, None))
-
-
-def _tag(
-    mod: MaskMod, name: str, rows: int | None, positions: int | None, device: object
-) -> MaskMod:
+def _tag(mod: MaskMod, name: str, *reads: Tensor) -> MaskMod:
     mod.__name__ = mod.__qualname__ = name
-    setattr(mod, _READS, (rows, positions, device))
+    mod._companion_reads = reads  # type: ignore[attr-defined]
     return mod
 
 
@@ -99,9 +84,8 @@ def _index_tensor(name: str, value: object, ndim: int, meaning: str) -> Tensor:
 def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
     r"""The causal predicate :math:`j \le i`: a query sees itself and the keys before it.
 
-    Positions are absolute: after a KV cache of length :math:`c`, query row ``l`` sits
-    at :math:`i = c + l` (:func:`offset_queries`). As ``causal_mask_function`` of
-    ``transformers.masking_utils``.
+    Positions are absolute: after a KV cache of :math:`c` tokens, query row ``l`` sits
+    at :math:`i = c + l` (:func:`offset_queries`). As ``causal_mask_function``.
 
     Args:
         b, h: batch and head indices (unused).
@@ -119,9 +103,9 @@ def sliding_window_causal(window: int) -> MaskMod:
 
     Hugging Face's convention (``sliding_window_causal_mask_function``, used by
     Mistral, Gemma 2/3 and GPT-OSS): ``sliding_window=W`` allows the offsets
-    :math:`i - j \in \{0, \dots, W - 1\}`, so a query sees itself and the :math:`W - 1`
-    keys before it: GPT-OSS's published ``sliding_window=128`` gives 128 keys, the
-    query's own included (offsets 0 to 127). ``window=1`` attends to the diagonal only.
+    :math:`i - j \in \{0, \dots, W - 1\}`, the query's own key and the :math:`W - 1`
+    before it. GPT-OSS's published ``sliding_window=128`` gives 128 keys, offsets 0 to
+    127; ``window=1`` is the diagonal alone.
 
     Args:
         window: :math:`W`, a positive int.
@@ -134,17 +118,16 @@ def sliding_window_causal(window: int) -> MaskMod:
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return (kv_idx <= q_idx) & (kv_idx > q_idx - window)  # i - W < j <= i
 
-    return _tag(mod, f"sliding_window_causal({window})", None, None, None)
+    return _tag(mod, f"sliding_window_causal({window})")
 
 
 def chunked_causal(chunk_size: int, *, left_padding: Tensor | None = None) -> MaskMod:
     r"""Causal attention inside fixed chunks (Llama 4's ``attention_chunk_size``):
     :math:`j \le i` and :math:`\lfloor (j - p_b)/C \rfloor = \lfloor (i - p_b)/C \rfloor`.
 
-    The chunks of row :math:`b` start at its first real token, after :math:`p_b` left
-    padding tokens (Hugging Face's ``create_chunked_causal_mask`` counts them as
-    ``(attention_mask.cumsum(-1) == 0).sum(-1)``). A query sees the keys of its own
-    chunk up to itself: at the first position of a chunk, itself alone. As
+    Row :math:`b`'s chunks start at its first real token, after :math:`p_b` left
+    padding tokens (Hugging Face counts them as ``(attention_mask.cumsum(-1) ==
+    0).sum(-1)``); the first query of a chunk sees itself alone. As
     ``chunked_causal_mask_function(chunk_size, left_padding)``.
 
     Args:
@@ -158,20 +141,16 @@ def chunked_causal(chunk_size: int, *, left_padding: Tensor | None = None) -> Ma
         left_padding: ``(B,)``.
     """
     chunk_size = _validate.positive_int("chunk_size", chunk_size)
-    if left_padding is None:
-
-        def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return (kv_idx <= q_idx) & (kv_idx // chunk_size == q_idx // chunk_size)
-
-        return _tag(mod, f"chunked_causal({chunk_size})", None, None, None)
-    pad = _index_tensor("left_padding", left_padding, 1, "(B,)")
+    pad = _validate.optional(
+        _index_tensor, "left_padding", left_padding, ndim=1, meaning="(B,)"
+    )
 
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        p = pad[b]  # the row's first real token starts chunk 0
+        p = 0 if pad is None else pad[b]  # the row's first real token starts chunk 0
         same = (kv_idx - p) // chunk_size == (q_idx - p) // chunk_size
         return (kv_idx <= q_idx) & same
 
-    return _tag(mod, f"chunked_causal({chunk_size})", len(pad), None, pad.device)
+    return _tag(mod, f"chunked_causal({chunk_size})", *([] if pad is None else [pad]))
 
 
 def same_document(document_ids: Tensor) -> MaskMod:
@@ -179,12 +158,12 @@ def same_document(document_ids: Tensor) -> MaskMod:
     :math:`d_{b,i} = d_{b,j}`.
 
     Not causal by itself: ``and_masks(causal, same_document(ids))`` is the causal
-    packed mask (Hugging Face's ``packed_sequence_mask_function`` with its causal
-    mask; FlexAttention's "document masking").
+    packed mask (Hugging Face's ``packed_sequence_mask_function`` and its causal mask;
+    FlexAttention's "document masking").
 
     Args:
-        document_ids: the document of every position, integers >= 0, indexed by
-            absolute position (with a KV cache: the cached positions first).
+        document_ids: every position's document, integers >= 0, by absolute position
+            (with a KV cache: the cached positions first).
 
     Returns:
         The predicate ``mask_mod(b, h, q_idx, kv_idx)``.
@@ -197,20 +176,19 @@ def same_document(document_ids: Tensor) -> MaskMod:
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return ids[b, q_idx] == ids[b, kv_idx]
 
-    return _tag(mod, "same_document", ids.shape[0], ids.shape[1], ids.device)
+    return _tag(mod, "same_document", ids)
 
 
 def prefix_lm(prefix_lengths: Tensor | int) -> MaskMod:
-    r"""Prefix-LM: bidirectional attention inside a prefix of :math:`P_b` positions,
-    causal after it: :math:`j \le i` or :math:`j < P_b`.
+    r"""Prefix-LM: bidirectional inside a prefix of :math:`P_b` positions, causal after
+    it: :math:`j \le i` or :math:`j < P_b`.
 
-    Every query sees the whole prefix; no query sees a later token outside it (the
-    setting of T5's prefix-LM objective and of PaliGemma's image-and-prompt prefix).
-    ``prefix_lengths=0`` is :func:`causal`.
+    Every query sees the whole prefix, and no later token outside it (T5's prefix-LM
+    objective, PaliGemma's image-and-prompt prefix). ``prefix_lengths=0`` is
+    :func:`causal`.
 
     Args:
-        prefix_lengths: :math:`P_b` per batch row (integers >= 0), or one int for
-            every row.
+        prefix_lengths: :math:`P_b` per batch row (integers >= 0), or one int for all.
 
     Returns:
         The predicate ``mask_mod(b, h, q_idx, kv_idx)``.
@@ -220,28 +198,23 @@ def prefix_lm(prefix_lengths: Tensor | int) -> MaskMod:
     """
     if isinstance(prefix_lengths, Tensor):
         lengths = _index_tensor("prefix_lengths", prefix_lengths, 1, "(B,)")
-
-        def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return (kv_idx <= q_idx) | (kv_idx < lengths[b])
-
-        return _tag(mod, "prefix_lm", len(lengths), None, lengths.device)
-    n = _validate.nonnegative_int("prefix_lengths", prefix_lengths)
+    else:
+        n = _validate.nonnegative_int("prefix_lengths", prefix_lengths)
+        lengths = None
 
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return (kv_idx <= q_idx) | (kv_idx < n)
+        return (kv_idx <= q_idx) | (kv_idx < (n if lengths is None else lengths[b]))
 
-    return _tag(mod, f"prefix_lm({n})", None, None, None)
+    return _tag(mod, "prefix_lm", *([] if lengths is None else [lengths]))
 
 
 def padding(attention_mask: Tensor) -> MaskMod:
     r"""Padding: a query attends only real keys, :math:`a_{b,j} = 1`.
 
-    ``attention_mask`` is Hugging Face's 2-D mask, 1 (or ``True``) for a token and 0
-    for padding, left or right padded alike, indexed by absolute key position (with a
-    KV cache: the cached positions first). As ``padding_mask_function``. Queries at
-    padding positions stay unmasked by this predicate; under a causal mask a left
-    padding query sees no key at all (a fully masked row: see
-    :func:`attention_with_sinks` and :func:`materialize_mask`).
+    ``attention_mask`` is Hugging Face's 2-D mask (1 or ``True`` for a token, 0 for
+    padding, left or right), by absolute key position (with a KV cache: the cached
+    positions first). As ``padding_mask_function``. Under a causal mask a left-padding
+    query sees no key: a fully masked row (see :func:`materialize_mask`).
 
     Args:
         attention_mask: 0/1, bool or integer.
@@ -257,7 +230,7 @@ def padding(attention_mask: Tensor) -> MaskMod:
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return keep[b, kv_idx]
 
-    return _tag(mod, "padding", keep.shape[0], keep.shape[1], keep.device)
+    return _tag(mod, "padding", keep)
 
 
 def _combine(name: str, mods: tuple, op: Callable, start: bool) -> MaskMod:
@@ -267,17 +240,11 @@ def _combine(name: str, mods: tuple, op: Callable, start: bool) -> MaskMod:
         )
     for i, m in enumerate(mods):
         _validate.callable_(f"mask_mods[{i}]", m)
-    reads = [_reads(m) for m in mods]
-    rows = {r for r, _, _ in reads if r is not None}
-    if len(rows) > 1:
+    reads = [t for m in mods for t in _reads(m)]
+    if len({t.shape[0] for t in reads}) > 1 or len({t.device for t in reads}) > 1:
         raise ValueError(
-            f"mask_mods must read tensors of one batch size, got batch sizes {sorted(rows)}"
-        )
-    positions = [p for _, p, _ in reads if p is not None]
-    devices = {str(d) for _, _, d in reads if d is not None}
-    if len(devices) > 1:
-        raise ValueError(
-            f"mask_mods must read tensors on one device, got {sorted(devices)}"
+            "mask_mods must read tensors of one batch size and device, got "
+            + ", ".join(_validate.describe(t) for t in reads)
         )
 
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -286,16 +253,12 @@ def _combine(name: str, mods: tuple, op: Callable, start: bool) -> MaskMod:
             result = op(result, m(b, h, q_idx, kv_idx))
         return result
 
-    device = next((d for _, _, d in reads if d is not None), None)
     parts = ", ".join(getattr(m, "__name__", "mask_mod") for m in mods)
-    return _tag(
-        mod, f"{name}({parts})", rows.pop() if rows else None,
-        min(positions) if positions else None, device,
-    )  # fmt: skip
+    return _tag(mod, f"{name}({parts})", *reads)
 
 
 def and_masks(*mask_mods: MaskMod) -> MaskMod:
-    r"""The intersection of predicates: may attend where every one allows it.
+    r"""The intersection: may attend where every predicate allows it.
 
     As ``and_masks`` of FlexAttention and of ``transformers.masking_utils``.
 
@@ -309,7 +272,7 @@ def and_masks(*mask_mods: MaskMod) -> MaskMod:
 
 
 def or_masks(*mask_mods: MaskMod) -> MaskMod:
-    r"""The union of predicates: may attend where any one allows it.
+    r"""The union: may attend where any predicate allows it.
 
     As ``or_masks`` of FlexAttention and of ``transformers.masking_utils``.
 
@@ -323,9 +286,8 @@ def or_masks(*mask_mods: MaskMod) -> MaskMod:
 
 
 def offset_queries(mask_mod: MaskMod, offset: int) -> MaskMod:
-    r"""The predicate for queries that sit ``offset`` positions later: query row ``l``
-    is at position :math:`c + l` (after a KV cache of :math:`c` tokens), keys at
-    :math:`0, \dots, S - 1`.
+    r"""The predicate for queries after a KV cache of :math:`c` tokens: query row ``l``
+    at position :math:`c + l`, keys at :math:`0, \dots, S - 1`.
 
     FlexAttention numbers query rows from 0; this is how its ``mask_mod`` learns the
     cache length. As ``add_offsets_to_mask_function(mask_mod, offset, 0)``.
@@ -343,9 +305,8 @@ def offset_queries(mask_mod: MaskMod, offset: int) -> MaskMod:
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return mask_mod(b, h, q_idx + offset, kv_idx)
 
-    rows, positions, device = _reads(mask_mod)
     name = f"offset_queries({getattr(mask_mod, '__name__', 'mask_mod')}, {offset})"
-    return _tag(mod, name, rows, positions, device)
+    return _tag(mod, name, *_reads(mask_mod))
 
 
 # ---- the eager path and SDPA: a materialised mask ----------------------------------------
@@ -364,13 +325,12 @@ def materialize_mask(
     r"""A predicate evaluated on every (batch, head, query, key): the bool mask for eager
     attention and :func:`torch.nn.functional.scaled_dot_product_attention`.
 
-    Entry ``[b, h, l, j]`` is ``mask_mod(b, h, c + l, j)``: queries sit after a KV cache
-    of :math:`c` = ``cache_length`` tokens, keys at :math:`0, \dots, S - 1` (so
-    :math:`S = c + L` when the cache holds every earlier key). The predicate is called
-    once on broadcast index grids, as Hugging Face's ``sdpa_mask`` does without
-    ``vmap``; with the same predicate this equals ``sdpa_mask(B, L, S, q_offset=c,
-    mask_function=..., allow_is_causal_skip=False)``, and ``eager_mask`` is its additive
-    form (``0`` / ``finfo.min``).
+    Entry ``[b, h, l, j]`` is ``mask_mod(b, h, c + l, j)``: queries after a KV cache of
+    :math:`c` = ``cache_length`` tokens, keys at :math:`0, \dots, S - 1`. The predicate
+    is called once on broadcast index grids, as Hugging Face's ``sdpa_mask`` does
+    without ``vmap``: equal to ``sdpa_mask(B, L, S, q_offset=c, mask_function=...,
+    allow_is_causal_skip=False)``, whose additive form is ``eager_mask`` (0 or
+    ``finfo.min``).
 
     A row that no key satisfies (a left-padding query under a causal mask) stays all
     ``False``: :func:`torch.nn.functional.scaled_dot_product_attention` returns zeros
@@ -401,26 +361,29 @@ def materialize_mask(
     heads = _validate.optional(_validate.positive_int, "num_heads", num_heads) or 1
     cache_length = _validate.nonnegative_int("cache_length", cache_length)
     device = _validate.device("device", device)
-    rows, positions, reads_on = _reads(mask_mod)
-    if rows is not None and rows != batch_size:
-        raise ValueError(
-            f"batch_size must be the batch of the tensors mask_mod reads ({rows}), "
-            f"got {batch_size}"
-        )
     span = max(cache_length + query_length, key_length)
-    if positions is not None and span > positions:
-        raise ValueError(
-            f"cache_length + query_length and key_length must be <= the {positions} "
-            f"positions mask_mod's tensors cover, got cache_length={cache_length}, "
-            f"query_length={query_length}, key_length={key_length}"
-        )
-    if device is None:
-        device = reads_on or torch.device("cpu")
-    elif reads_on is not None and torch.device(reads_on) != torch.device(device):
-        raise ValueError(
-            f"device must be the device of the tensors mask_mod reads ({reads_on}), "
-            f"got {str(device)!r}"
-        )
+    for t in _reads(mask_mod):
+        if t.shape[0] != batch_size:
+            raise ValueError(
+                f"batch_size must be the batch of the tensors mask_mod reads "
+                f"({t.shape[0]}), got {batch_size}"
+            )
+        if t.ndim == 2 and span > t.shape[1]:
+            raise ValueError(
+                f"cache_length + query_length and key_length must be <= the "
+                f"{t.shape[1]} positions mask_mod's tensors cover, got cache_length="
+                f"{cache_length}, query_length={query_length}, key_length={key_length}"
+            )
+        if device is not None and (device.type, device.index or 0) != (
+            t.device.type,
+            t.device.index or 0,
+        ):
+            raise ValueError(
+                f"device must be the device of the tensors mask_mod reads ({t.device}), "
+                f"got {str(device)!r}"
+            )
+        device = t.device
+    device = device or torch.device("cpu")
     b = torch.arange(batch_size, device=device)[:, None, None, None]  # (B, 1, 1, 1)
     h = torch.arange(heads, device=device)[None, :, None, None]  # (1, H, 1, 1)
     q = torch.arange(query_length, device=device) + cache_length

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
 
 from companion import masks
 from companion.extension import alibi_bias
@@ -144,6 +146,43 @@ def test_offset_queries_is_the_cache_length() -> None:
     assert torch.equal(shifted, want)
 
 
+@given(
+    window=st.integers(1, 12),
+    chunk=st.integers(1, 12),
+    length=st.integers(1, 20),
+    cache=st.integers(0, 15),
+    pad=st.integers(0, 10),
+)
+def test_random_windows_chunks_and_offsets_equal_hf(window, chunk, length, cache, pad):
+    """Any window, chunk, query length, cache length and left padding: HF's sdpa_mask."""
+    kv = cache + length
+    am = _left_padded([kv, max(kv - pad, 0)], kv).bool()  # (2, S)
+    left = (am.cumsum(-1) == 0).sum(-1)
+    for ours, theirs in (
+        (
+            masks.sliding_window_causal(window),
+            mu.sliding_window_causal_mask_function(window),
+        ),
+        (
+            masks.chunked_causal(chunk, left_padding=left),
+            mu.chunked_causal_mask_function(chunk, left),
+        ),
+    ):
+        got = masks.materialize_mask(
+            masks.and_masks(ours, masks.padding(am)), 2, length, kv, cache_length=cache
+        )
+        want = mu.sdpa_mask(
+            batch_size=2,
+            q_length=length,
+            kv_length=kv,
+            q_offset=cache,
+            mask_function=theirs,
+            attention_mask=am,
+            allow_is_causal_skip=False,
+        )
+        assert torch.equal(got, want)
+
+
 def _loop(allowed) -> torch.Tensor:
     """The mask from a Python loop over (b, i, j), i the absolute query position."""
     out = np.zeros((B, 1, L, S), dtype=bool)
@@ -197,7 +236,7 @@ def test_right_padding_and_head_dependent_predicates() -> None:
         torch.arange(S) >= torch.arange(H)[:, None, None]))  # fmt: skip
 
 
-def test_transposed_and_cuda_like_views_are_normal_inputs() -> None:
+def test_transposed_index_tensors_are_normal_inputs() -> None:
     ids_t = DOCS.T.contiguous().T  # a transposed view of the same values
     assert not ids_t.is_contiguous()
     assert torch.equal(
@@ -368,6 +407,7 @@ def test_sinks_equal_hf_gpt_oss_eager(kv_heads: int) -> None:
         torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
         assert (got[empty.expand(B, H, L)] == 0).all()  # all mass on the sink: zeros
     assert (want[empty.expand(B, H, L)] == 0).all()  # HF gives zeros too
+    assert torch.softmax(torch.full((S,), -torch.inf), 0).isnan().all()  # no sink: NaN
 
 
 def test_sink_gradients_equal_float64_autograd_and_the_closed_form() -> None:
@@ -414,6 +454,25 @@ def test_apply_sinks_after_flex_equals_attention_with_sinks() -> None:
     want = masks.attention_with_sinks(q, k, v, sinks, _mine(mod))
     torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
     assert torch.isinf(aux.lse).any()  # the fully masked rows: lse = -inf, output zero
+
+
+@given(sink=st.floats(-30.0, 30.0), seed=st.integers(0, 2**16))
+def test_the_sink_takes_mass_and_gives_no_value(sink: float, seed: int) -> None:
+    """Rows of weights sum to 1 - p_sink = sigmoid(lse - sink) (read with value = 1);
+    a sink of -inf is attention without it."""
+    g = torch.Generator().manual_seed(seed)
+    q, k = (
+        torch.randn(1, 2, 5, 4, generator=g, dtype=F64),
+        torch.randn(1, 2, 7, 4, generator=g, dtype=F64),
+    )
+    sinks = torch.tensor([sink, -sink], dtype=F64)
+    ones = torch.ones(1, 2, 7, 1, dtype=F64)
+    mass = masks.attention_with_sinks(q, k, ones, sinks)[..., 0]  # (1, 2, 5)
+    lse = (q @ k.transpose(-2, -1) / 2).logsumexp(-1)
+    torch.testing.assert_close(mass, torch.sigmoid(lse - sinks[None, :, None]))
+    v = torch.randn(1, 2, 7, 3, generator=g, dtype=F64)
+    none = masks.attention_with_sinks(q, k, v, torch.full((2,), -torch.inf, dtype=F64))
+    torch.testing.assert_close(none, F.scaled_dot_product_attention(q, k, v))
 
 
 def test_sinks_half_precision_keeps_dtype() -> None:
