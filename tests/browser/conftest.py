@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 # test name -> (screen size, rank); a None size is taken from the test's ``screen``
-# parameter (test_small_screens_fit_and_navigate, test_code_and_outputs_fit_on_a_laptop).
+# parameter (test_small_screens_fit_and_navigate, test_code_and_outputs_fit_on_a_laptop,
+# test_each_chapter_shows_its_diagram).
 PAGE_CHECKS = {
     "test_page_reads_offline_and_renders": ("desktop", 0),
     "test_figures_are_sharp_captioned_and_described": ("desktop", 1),
@@ -22,6 +23,7 @@ PAGE_CHECKS = {
     "test_code_and_outputs_fit_on_a_laptop": (None, 1),
     "test_phone_numbers_formulas_names_and_titles": ("phone", 1),
     "test_phone_details": ("phone", 2),
+    "test_each_chapter_shows_its_diagram": (None, 0),
 }
 SCREEN_ORDER = {"desktop": 0, "phone": 1, "tablet": 2, "wide": 3}
 

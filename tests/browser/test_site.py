@@ -1151,3 +1151,89 @@ def test_phone_numbers_formulas_names_and_titles(
             f"the title is {found['title']:.0f} px tall on an {found['screen']} px screen"
         )
     assert not problems, f"{name} at 390 px:\n" + "\n".join(problems)
+
+
+# ---- Each chapter shows its diagram (issue 37: "each chapter has a diagram") -------------
+
+
+def _diagram_figures() -> dict[str, list[str]]:
+    """Built page -> the figure ids of the conceptual diagrams its notebook draws: a code
+    cell that calls ``companion.diagrams`` and names its figure (tests/test_diagrams.py
+    checks that every chapter 1-10 has one, captioned). Read from the notebooks, not from
+    the HTML, so that a diagram missing from the built page is found missing."""
+    import json
+
+    found: dict[str, list[str]] = {}
+    for notebook in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+            code = "".join(cell["source"])
+            if cell["cell_type"] != "code" or not re.search(r"\bdiagrams\.\w+\(", code):
+                continue
+            name = cell["metadata"].get("mystnb", {}).get("figure", {}).get("name")
+            if name:
+                found.setdefault(f"book/{notebook.stem}.html", []).append(name)
+    return found
+
+
+DIAGRAMS = _diagram_figures()
+DIAGRAM_CASES = [
+    pytest.param(HTML / rel, screen, id=f"{screen}-{rel}")
+    for screen in ("phone", "desktop")
+    for rel in sorted(DIAGRAMS)
+    if PAGES
+]
+
+DIAGRAM_BOXES = """(ids) => {
+    const width = document.documentElement.clientWidth;
+    return ids.map((id) => {
+        const figure = document.getElementById(id);
+        if (!figure) return {id, problem: 'not on the page'};
+        const img = figure.querySelector('img, svg');
+        if (!img) return {id, problem: 'has no image'};
+        const box = img.getBoundingClientRect();
+        const loaded = img.tagName.toLowerCase() === 'svg'
+            || (img.complete && img.naturalWidth > 0 && img.naturalHeight > 0);
+        const alt = (img.getAttribute('alt') || img.getAttribute('aria-label') || '').trim();
+        let hidden = false;
+        for (let el = img; el; el = el.parentElement) {
+            const style = getComputedStyle(el);
+            if (style.display === 'none' || style.visibility === 'hidden'
+                    || Number(style.opacity) === 0) { hidden = true; break; }
+        }
+        const problems = [];
+        if (!loaded) problems.push('image not loaded');
+        if (!(box.width > 0 && box.height > 0) || hidden) problems.push('not displayed');
+        if (box.left < -1 || box.right > width + 1)
+            problems.push(`${Math.round(box.left)}-${Math.round(box.right)} px on a ${width} px screen`);
+        if (!alt) problems.push('no alt text');
+        return {id, problem: problems.join(', '), width: box.width};
+    });
+}"""
+
+
+def test_every_chapter_1_to_10_draws_a_diagram() -> None:
+    """Guards the next test against passing vacuously: chapters 1-9 and the appendix each
+    name a diagram figure in their notebook, and the built book has each page."""
+    pages = {rel[5:7] for rel in DIAGRAMS}
+    assert pages == {f"{n:02d}" for n in range(1, 11)}, sorted(pages)
+    if PAGES:
+        missing = [rel for rel in DIAGRAMS if not (HTML / rel).is_file()]
+        assert not missing, f"no built page for {missing}"
+
+
+@pytest.mark.parametrize(("page_path", "screen"), DIAGRAM_CASES)
+def test_each_chapter_shows_its_diagram(
+    server: str, browser: object, page_path: Path, screen: str
+) -> None:
+    """At 390 and 1280 px every conceptual diagram of the chapter (the figures drawn by
+    companion.diagrams) is on the page, loaded (naturalWidth > 0), displayed with a
+    non-zero size inside the screen's width, and has alt text."""
+    rel = page_path.relative_to(HTML).as_posix()
+    page = _visit(browser, server, rel, screen).page
+    _broken_images(page)  # waits for every image, lazy ones included
+    found = page.evaluate(DIAGRAM_BOXES, DIAGRAMS[rel])
+    problems = [f"{f['id']}: {f['problem']}" for f in found if f["problem"]]
+    assert not problems, (
+        f"{rel} at {SCREEN_SIZES[screen][0]} px: {len(problems)} of {len(found)} "
+        "diagrams not shown:\n" + "\n".join(problems)
+    )
