@@ -132,6 +132,50 @@ def test_with_left_padding_equals_hf_sdpa_and_eager_mask(ours, theirs) -> None:
     assert (eager[~mine] == torch.finfo(torch.float32).min).all()
 
 
+def _hf_cache():
+    """A DynamicCache that already holds CACHE tokens (HF reads q_offset from it)."""
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache()
+    cache.update(torch.zeros(B, 1, CACHE, 2), torch.zeros(B, 1, CACHE, 2), 0)
+    return cache
+
+
+def test_equal_to_hf_create_mask_from_configs() -> None:
+    """HF's own entry points, from a GPT-OSS config (sliding), a Llama 4 config
+    (chunked: HF counts the left padding itself) and packed position_ids (documents)."""
+    from transformers import GptOssConfig, Llama4TextConfig, LlamaConfig
+
+    def sdpa(config):
+        config._attn_implementation = "sdpa"
+        return config
+
+    emb = torch.zeros(B, L, 4)
+    hf = mu.create_sliding_window_causal_mask(
+        config=sdpa(GptOssConfig(sliding_window=WINDOW, num_hidden_layers=1)),
+        inputs_embeds=emb, attention_mask=ATTENTION_MASK, past_key_values=_hf_cache(),
+        allow_is_causal_skip=False,
+    )  # fmt: skip
+    pad = masks.padding(ATTENTION_MASK)
+    assert torch.equal(
+        hf, _mine(masks.and_masks(masks.sliding_window_causal(WINDOW), pad))
+    )
+    hf = mu.create_chunked_causal_mask(
+        config=sdpa(Llama4TextConfig(attention_chunk_size=CHUNK, num_hidden_layers=1)),
+        inputs_embeds=emb, attention_mask=ATTENTION_MASK, past_key_values=_hf_cache(),
+    )  # fmt: skip
+    chunked = masks.chunked_causal(CHUNK, left_padding=LEFT_PADDING)
+    assert torch.equal(hf, _mine(masks.and_masks(chunked, pad)))
+    positions = torch.cat([torch.arange(n) for n in (7, 10, 7)]).expand(B, S)
+    hf = mu.create_causal_mask(
+        config=sdpa(LlamaConfig(num_hidden_layers=1)), inputs_embeds=torch.zeros(B, S, 4),
+        attention_mask=None, past_key_values=None, position_ids=positions,
+    )  # fmt: skip
+    docs = masks.same_document(DOCS[:1].expand(B, S))
+    want = masks.materialize_mask(masks.and_masks(masks.causal, docs), B, S, S)
+    assert torch.equal(hf, want)
+
+
 def test_offset_queries_is_the_cache_length() -> None:
     mod = masks.sliding_window_causal(WINDOW)
     shifted = masks.materialize_mask(masks.offset_queries(mod, CACHE), B, L, S)
