@@ -351,6 +351,10 @@ def test_sdpa_and_flex_equal_the_float64_reference(name: str) -> None:
     q, k, v = _qkv(1)
     allowed = _mine(mod)
     want = _eager64(q, k, v, allowed)
+    vmapped = flex.create_mask(
+        masks.offset_queries(mod, CACHE), B, 1, L, S, device="cpu"
+    )
+    assert torch.equal(vmapped, allowed)  # torch's own materialiser (vmap) agrees
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
     torch.testing.assert_close(sdpa.double(), want, atol=1e-5, rtol=1e-5)
     got = _flex(q, k, v, mod)
