@@ -402,13 +402,25 @@ def _save(page: object, book: Path, chapter: str) -> None:
     page.locator(".jp-Notebook").first.click(position={"x": 5, "y": 5})
     page.keyboard.press("Escape")
     page.keyboard.press("Control+s")
-    for _ in range(60):
+    for _ in range(300):
         if path.stat().st_mtime_ns != before:
             break
-        page.wait_for_timeout(500)
+        page.wait_for_timeout(100)
     else:
         pytest.fail(f"{chapter}: Ctrl+S did not save the notebook within 30 s")
-    page.wait_for_timeout(500)  # the write is one call; let it finish
+    # the write has finished when the file reads as a notebook and has not changed for
+    # 0.2 s (was a fixed 0.5 s wait)
+    for _ in range(100):
+        stamp = path.stat().st_mtime_ns, path.stat().st_size
+        page.wait_for_timeout(200)
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        if (path.stat().st_mtime_ns, path.stat().st_size) == stamp:
+            break
+    else:
+        pytest.fail(f"{chapter}: the saved notebook did not settle within 20 s")
 
 
 def _problems(chapter: str, cells: list[dict]) -> list[str]:
@@ -530,18 +542,23 @@ def checker_outputs(page, lab) -> dict[str, dict]:
         # select the cell, then the toolbar's run button; again if it did not start
         # (selecting the folded solution this way unfolds its source: what is checked
         # here is its output)
+        # (each try waits up to 3 s for the prompt to leave "[ ]:", polled every 0.1 s:
+        # was a fixed 3 s wait per cell)
         for _ in range(3):
             prompt.click()
             page.locator(RUN_BUTTON).click()
-            page.wait_for_timeout(3000)
+            for _ in range(30):
+                page.wait_for_timeout(100)
+                if prompt.inner_text().strip() != "[ ]:":
+                    break
             if prompt.inner_text().strip() != "[ ]:":
                 break
         # done when the prompt shows the cell's execution count, "[n]:", not "[*]:";
         # the first cell starts the kernel and imports torch (minutes on a busy CPU)
-        for _ in range(600):
+        for _ in range(3000):
             if re.fullmatch(r"\[\d+\]:", prompt.inner_text().strip()):
                 break
-            page.wait_for_timeout(500)
+            page.wait_for_timeout(100)
         else:
             page.screenshot(path=str(SHOTS / "checker-timeout.png"))
             pytest.fail(
