@@ -29,7 +29,7 @@ from companion.extension import (
     yarn_frequencies,
 )
 from companion.norm import LayerNorm, RMSNorm
-from companion.rope import apply_rope, rope_cos_sin, rope_frequencies
+from companion.rope import LAYOUTS, apply_rope, rope_cos_sin, rope_frequencies
 
 __all__: list[str] = []  # private: companion.decoder documents and re-exports the names
 
@@ -85,6 +85,14 @@ class DecoderSpec:
     (Gemma 2's soft-capping :func:`companion.modern.softcap` of the scores before the
     mask and of the output logits; 0 for none).
 
+    The RoPE/NoPE hybrids add: ``nope_layers``, the layers that do not rotate (NoPE:
+    SmolLM3's ``no_rope_layers`` zeros, Cohere2's global layers), increasing indices;
+    ``rope_layout``, which coordinates form a pair (:func:`companion.rope.apply_rope`'s
+    ``"half"``, or ``"interleaved"`` as Cohere); ``shared_norm``: a parallel block's
+    MLP reads the attention's normalized input (one norm per block, Cohere);
+    ``layer_norm_bias``: LayerNorm's shift (Cohere's has none); ``logit_scale``
+    multiplies the output logits (Cohere), before ``final_softcap``.
+
     Every field is checked when the record is made, before a model is built
     (``TypeError``/``ValueError`` naming the field): positive sizes, ``num_kv_heads``
     dividing ``num_heads``, the choices above, a positive ``eps``, bools for the
@@ -129,6 +137,11 @@ class DecoderSpec:
     # parameters where they differ (Gemma 3's local base); empty: ``rope``
     attn_softcap: float = 0.0  # Gemma 2: cap * tanh(score / cap) before the mask
     final_softcap: float = 0.0  # Gemma 2: the same on the output logits
+    nope_layers: tuple[int, ...] = ()  # layers that skip RoPE (SmolLM3, Cohere2)
+    rope_layout: str = "half"  # RoPE's pairs: (i, i + R/2) or "interleaved" (Cohere)
+    shared_norm: bool = False  # parallel block, one norm for both branches (Cohere)
+    layer_norm_bias: bool = True  # LayerNorm's shift beta (Cohere's has none)
+    logit_scale: float = 1.0  # Cohere: the output logits times this
 
     def __post_init__(self) -> None:
         _check_spec(self)
@@ -259,6 +272,41 @@ def _check_spec(spec: DecoderSpec) -> None:
         _check_rope(spec, "rope", spec.rope)
         if spec.local_rope:
             _check_rope(spec, "local_rope", spec.local_rope)
+    _check_hybrid(spec, put)
+
+
+def _check_hybrid(spec: DecoderSpec, put) -> None:
+    """The fields of the RoPE/NoPE hybrids and of Cohere's block."""
+    v, n = _validate, spec.num_layers
+    nope = v.sequence("nope_layers", spec.nope_layers, what="layer indices")
+    nope = tuple(
+        v.integer(f"nope_layers[{j}]", i, minimum=0, maximum=n - 1)
+        for j, i in enumerate(nope)
+    )
+    if nope != tuple(sorted(set(nope))):
+        raise ValueError(
+            f"nope_layers must be increasing layer indices (each once), got {nope}"
+        )
+    if nope and spec.positions != "rope":
+        raise ValueError(
+            f"nope_layers must be empty with positions {spec.positions!r} (only RoPE "
+            f"layers can skip RoPE), got {nope}"
+        )
+    put("nope_layers", nope)
+    v.choice("rope_layout", spec.rope_layout, LAYOUTS)
+    for name in ("shared_norm", "layer_norm_bias"):
+        put(name, v.flag(name, getattr(spec, name)))
+    if spec.shared_norm and not spec.parallel_residual:
+        raise ValueError(
+            "shared_norm must be False when parallel_residual is False (one norm "
+            "feeds both branches of a parallel block), got True"
+        )
+    if not spec.layer_norm_bias and spec.norm != "layer":
+        raise ValueError(
+            f"layer_norm_bias must be True with norm {spec.norm!r} (only LayerNorm "
+            "has a shift to drop), got False"
+        )
+    put("logit_scale", v.positive_real("logit_scale", spec.logit_scale))
 
 
 def _check_rope(spec: DecoderSpec, field_name: str, p: dict[str, Any]) -> None:
@@ -371,11 +419,13 @@ def _rope_table(
     return (cos * scale).to(dtype), (sin * scale).to(dtype)
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor, rotary_dim: int) -> Tensor:
-    """RoPE (half layout) on the first ``rotary_dim`` coordinates of each head."""
+def _rotate(
+    x: Tensor, cos: Tensor, sin: Tensor, rotary_dim: int, layout: str = "half"
+) -> Tensor:
+    """RoPE (``layout``'s pairs) on the first ``rotary_dim`` coordinates of a head."""
     if rotary_dim == x.shape[-1]:
-        return apply_rope(x, cos, sin)  # (B, H, L, D)
-    turned = apply_rope(x[..., :rotary_dim], cos, sin)  # GPT-NeoX: partial rotary
+        return apply_rope(x, cos, sin, layout=layout)  # (B, H, L, D)
+    turned = apply_rope(x[..., :rotary_dim], cos, sin, layout=layout)  # GPT-NeoX
     return torch.cat((turned, x[..., rotary_dim:]), dim=-1)  # (B, H, L, D)
 
 
@@ -445,7 +495,7 @@ class DecoderBlock(nn.Module):
         norm = _norm_factory(spec)
         pre, post = spec.block_norms != "post", spec.block_norms != "pre"
         self.norm1 = norm() if pre else None  # before attention
-        self.norm2 = norm() if pre else None  # before the MLP
+        self.norm2 = norm() if pre and not spec.shared_norm else None  # before MLP
         self.post_norm1 = norm() if post else None  # after attention (OLMo 2, Gemma)
         self.post_norm2 = norm() if post else None  # after the MLP
         self.q_proj = nn.Linear(e, h * d, bias=spec.qkv_bias)
@@ -474,6 +524,7 @@ class DecoderBlock(nn.Module):
         self.scale = spec.scales[layer]
         sliding = spec.layer_types[layer] == "sliding_attention"
         self.window = spec.sliding_window if sliding else 0  # 0: full attention
+        self.rotates = layer not in spec.nope_layers  # False: a NoPE layer
 
     def attention(
         self,
@@ -501,9 +552,9 @@ class DecoderBlock(nn.Module):
         # (B, H, L, D) queries; (B, Hkv, L, D) keys and values
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(B, L, s.num_kv_heads, s.head_dim).transpose(1, 2)
-        if rope is not None:  # rotate before caching: a cached key keeps its position
-            q = _rotate(q, *rope, s.rotary_dim)
-            k = _rotate(k, *rope, s.rotary_dim)  # (B, Hkv, L, D)
+        if rope is not None and self.rotates:  # before caching: keys keep positions
+            q = _rotate(q, *rope, s.rotary_dim, s.rope_layout)
+            k = _rotate(k, *rope, s.rotary_dim, s.rope_layout)  # (B, Hkv, L, D)
         seen = L
         if past is not None:
             k = torch.cat((past[0], k), dim=2)  # (B, Hkv, S, D)
@@ -607,7 +658,8 @@ class DecoderBlock(nn.Module):
         h = self.norm1(x)
         attn, present = self.attention(h, rope, mask, past)
         if self.spec.parallel_residual:  # GPT-NeoX: both branches read x
-            return x + attn + self.mlp(self.norm2(x)), present
+            h = h if self.norm2 is None else self.norm2(x)  # Cohere: one norm for both
+            return x + attn + self.mlp(h), present
         x = (h if self.spec.residual_from_norm else x) + attn
         h = self.norm2(x)
         return (h if self.spec.residual_from_norm else x) + self.mlp(h), present
@@ -628,7 +680,7 @@ def _norm_factory(spec: DecoderSpec, size: int | None = None):
     size = spec.hidden_size if size is None else size
     if spec.norm == "rms":  # Hugging Face's LlamaRMSNorm casts back before the gain
         return lambda: RMSNorm(size, eps=spec.eps, variant=spec.rms_variant)
-    return lambda: LayerNorm(size, eps=spec.eps)
+    return lambda: LayerNorm(size, eps=spec.eps, bias=spec.layer_norm_bias)
 
 
 class Decoder(nn.Module):
@@ -787,6 +839,8 @@ class Decoder(nn.Module):
             x, layer_cache = block(x, ropes.get(kind), masks[kind], cache)
             present.append(layer_cache)
         logits = self.lm_head(self.final_norm(x))  # (B, L, V)
+        if s.logit_scale != 1.0:  # Cohere
+            logits = logits * s.logit_scale
         if s.final_softcap:  # Gemma 2
             from companion.modern import softcap  # the chapter's function
 

@@ -1,7 +1,7 @@
 r"""Real decoders rebuilt from the book's parts (chapter :ref:`ch-real-models` and the
 chapter on the attention layer of 2024-2025).
 
-:func:`from_hf` takes a Hugging Face causal language model of one of eleven families and
+:func:`from_hf` takes a Hugging Face causal language model of one of thirteen families and
 returns a :class:`Decoder` that computes the same logits with ``companion``'s parts
 only:
 
@@ -36,7 +36,16 @@ Gemma 3    RoPE, a local base in         as Gemma 2;     gated (GELU     local/g
            sliding layers                QK-norm         tanh)
 Phi-3      RoPE, full or partial         RMSNorm, pre    gated (fused)   full or
                                                                          sliding
+SmolLM3    RoPE; none in the layers      RMSNorm, pre    gated           full or
+           whose ``no_rope_layers``                                      sliding
+           entry is 0 (every 4th)
+Cohere2    interleaved RoPE in sliding   LayerNorm (no   gated           sliding
+           layers, none in full ones     bias), one per                  (RoPE) and
+                                         parallel block                  full (NoPE)
 =========  ============================  ==============  ==============  ===========
+
+The last two (the RoPE/NoPE hybrids) are in ``companion.families.HYBRID_PORTS``;
+Cohere2's logits are multiplied by its ``logit_scale``.
 
 Every family of the table with RoPE reads every scaling type of ``ROPE_TYPES``
 (Gemma 3 one per layer type): linear, dynamic NTK, YaRN, Llama 3 and LongRoPE, whose
@@ -66,8 +75,9 @@ attended to and each row's positions count its own tokens, as Hugging Face's
 
 Another family is ported by passing a :class:`Port` (how to read its config and copy
 its weights, optionally a :class:`DecoderBlock` subclass and a :class:`DecoderSpec`
-subclass) to :func:`from_hf`; :data:`PORTS` holds the eleven above (the registry of
-:mod:`companion.families`, where each is an entry), and ``companion.mla.PORTS``
+subclass) to :func:`from_hf`; :data:`PORTS` holds the first eleven above (the registry
+of :mod:`companion.families`, where each is an entry), ``HYBRID_PORTS`` there the two
+hybrids, and ``companion.mla.PORTS``
 (DeepSeek-V3's multi-head latent attention) is looked up after it. What the copy does
 not implement raises :class:`ValueError` naming it: other architectures without a port,
 sliding windows outside the families above, RoPE types other than the six of
@@ -125,13 +135,14 @@ there is found here."""
 
 def _find_port(model: nn.Module) -> Port:
     """``model``'s port: its class (or a base class) in :data:`PORTS`, else in
-    ``companion.mla.PORTS``."""
+    ``companion.families.HYBRID_PORTS``, else in ``companion.mla.PORTS``."""
     names = [cls.__name__ for cls in type(model).__mro__]
-    for registry in (PORTS, mla.PORTS):
+    for registry in (PORTS, families.HYBRID_PORTS, mla.PORTS):
         port = next((registry[n] for n in names if n in registry), None)
         if port is not None:
             return port
-    known = [*PORTS, *(n for n in mla.PORTS if n not in PORTS)]
+    known = [*PORTS, *families.HYBRID_PORTS]
+    known += [n for n in mla.PORTS if n not in known]
     raise ValueError(
         f"model must be one of {', '.join(known)} (or come with a port), got "
         f"{type(model).__name__} (unsupported architecture)"
@@ -169,10 +180,11 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
             ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, ``BloomForCausalLM``,
             ``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
             ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``,
-            ``Phi3ForCausalLM``) or of ``companion.mla.PORTS``, or any model ``port``
-            reads.
+            ``Phi3ForCausalLM``), of ``companion.families.HYBRID_PORTS``
+            (``SmolLM3ForCausalLM``, ``Cohere2ForCausalLM``) or of
+            ``companion.mla.PORTS``, or any model ``port`` reads.
         port: ``None`` (look ``model``'s class up in :data:`PORTS`, then in
-            ``companion.mla.PORTS``) or a :class:`Port` for another family.
+            ``companion.families.HYBRID_PORTS`` and ``companion.mla.PORTS``) or a :class:`Port` for another family.
 
     Returns:
         The copy; ``copy(input_ids)`` gives logits ``(B, L, vocab)`` equal to

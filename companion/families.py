@@ -39,7 +39,7 @@ from companion._architecture import (
     check_block_type,
 )
 
-__all__ = ["PORTS", "Port", "base_fields"]
+__all__ = ["HYBRID_PORTS", "PORTS", "Port", "base_fields"]
 
 
 # ---- the entry -----------------------------------------------------------------------
@@ -47,9 +47,10 @@ __all__ = ["PORTS", "Port", "base_fields"]
 
 def load_llama(dst: Decoder, model: nn.Module) -> None:
     """Llama's weight layout, shared by the families built like it (Mistral, Qwen2/3,
-    OLMo 2, Gemma 2/3, Phi-3): every projection and norm copies as it is (a norm's
-    bias too where it has one), Phi-3's fused ``qkv_proj`` and ``gate_up_proj`` split
-    by rows."""
+    OLMo 2, Gemma 2/3, Phi-3, SmolLM3, Cohere2): every projection and norm copies as
+    it is (a norm's bias too where it has one), Phi-3's fused ``qkv_proj`` and
+    ``gate_up_proj`` split by rows; a block with one norm (``shared_norm``, Cohere)
+    copies ``input_layernorm`` alone."""
     base, s = model.model, dst.spec
     copy_weight(dst.embed, base.embed_tokens.weight)
     copy_norm(dst.final_norm, base.norm)
@@ -66,6 +67,8 @@ def load_llama(dst: Decoder, model: nn.Module) -> None:
             "post_norm2": "post_feedforward_layernorm",
         },
     }[s.block_norms]
+    if s.shared_norm:  # Cohere: no post_attention_layernorm
+        norms = {"norm1": "input_layernorm"}
     q_rows, kv_rows = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
     for block, layer in zip(dst.blocks, base.layers, strict=True):
         a, m = layer.self_attn, layer.mlp
@@ -511,6 +514,50 @@ def spec_gemma3(model: nn.Module) -> dict[str, Any]:
     return fields
 
 
+def spec_smollm3(model: nn.Module) -> dict[str, Any]:
+    """SmolLM3: Llama's block; the layers whose ``no_rope_layers`` entry is 0 skip
+    RoPE (1 means "use RoPE"; Hugging Face's default zeroes every 4th layer)."""
+    c = model.config
+    n, flags = c.num_hidden_layers, getattr(c, "no_rope_layers", None)
+    if (
+        not isinstance(flags, (list, tuple))
+        or len(flags) < n
+        or any(f not in (0, 1) for f in flags[:n])
+    ):
+        raise unsupported(
+            f"no_rope_layers {flags!r} (SmolLM3 reads one 0 or 1 per layer, {n} layers)"
+        )
+    types = getattr(c, "layer_types", None) or ()
+    if "sliding_attention" in types and not getattr(c, "use_sliding_window", False):
+        # Hugging Face's eager and SDPA masks slide there, its flash path does not
+        raise unsupported("sliding layers with use_sliding_window=False in SmolLM3")
+    nope = tuple(i for i in range(n) if not flags[i])
+    return base_fields(model, "smollm3", sliding="layer_types", nope_layers=nope)
+
+
+def spec_cohere2(model: nn.Module) -> dict[str, Any]:
+    """Cohere2 (Command R7B, Command A): a parallel block from one bias-free LayerNorm,
+    interleaved RoPE in the sliding layers and none in the full ones, scaled logits."""
+    c = model.config
+    fields = base_fields(
+        model,
+        "cohere2",
+        sliding="layer_types",
+        norm="layer",
+        eps=c.layer_norm_eps,
+        parallel_residual=True,
+        shared_norm=True,
+        layer_norm_bias=False,
+        rope_layout="interleaved",  # Cohere's rotate_half pairs (2i, 2i + 1)
+        logit_scale=c.logit_scale,
+    )
+    types = fields["layer_types"]
+    fields["nope_layers"] = tuple(
+        i for i, t in enumerate(types) if t != "sliding_attention"
+    )
+    return fields
+
+
 def spec_phi3(model: nn.Module) -> dict[str, Any]:
     """Phi-3: Llama's block with fused projections (``load_llama`` splits them),
     full or partial RoPE, a sliding window in every layer when one is set."""
@@ -662,4 +709,14 @@ PORTS: dict[str, Port] = {
 """The registry, each Hugging Face class :func:`~companion.decoder.from_hf` copies
 without being told how, with its :class:`Port` (a class derived from one of them is
 read as that class). The eleven families of :mod:`companion.decoder`'s table;
-``companion.mla.PORTS`` adds DeepSeek-V3, whose layer is its own."""
+``companion.mla.PORTS`` adds DeepSeek-V3, whose layer is its own, and
+:data:`HYBRID_PORTS` the RoPE/NoPE hybrids."""
+
+HYBRID_PORTS: dict[str, Port] = {
+    "SmolLM3ForCausalLM": Port(spec=spec_smollm3),
+    "Cohere2ForCausalLM": Port(spec=spec_cohere2),
+}
+"""The RoPE/NoPE hybrids (issue 34's attention layer of 2025-2026):
+:func:`~companion.decoder.from_hf` looks here after :data:`PORTS`. SmolLM3 (Llama's
+block, NoPE every 4th layer by default) and Cohere2 (sliding RoPE layers, global NoPE
+layers); both in Llama's weight layout."""

@@ -241,7 +241,10 @@ def test_bad_input_raises_a_clear_error(name: str, thunk, error, match: str) -> 
         thunk()
 
 
-NO_BAD_INPUTS = {"PORTS": "the registry, a mapping read, not called"}
+NO_BAD_INPUTS = {
+    "PORTS": "the registry, a mapping read, not called",
+    "HYBRID_PORTS": "the RoPE/NoPE hybrids' registry, a mapping read",
+}
 
 
 def test_validation_table_covers_the_public_api() -> None:
