@@ -1,11 +1,16 @@
 """Run the stages of `make test` in order, time each, and print a summary.
 
-Usage: python scripts/stages.py "NAME=COMMAND" ["&NAME=COMMAND"] ...
+Usage: python scripts/stages.py "NAME=COMMAND" ["&NAME=COMMAND"] ["+NAME=COMMAND"] ...
 
 A stage whose name starts with ``&`` runs alongside the stage before it (both start
-together; the next stage starts when both have ended): `make test` pairs the PDF, whose
-Paged.js and pypdf keep one core busy, with the trained claims. The output of stages that
-run side by side is held in a file each and printed, whole, when the stage ends.
+together; the next plain stage starts when both have ended). A stage whose name starts
+with ``+`` runs after the stage before it, in the same lane: ``a`` ``+b`` ``&c`` runs ``a``
+then ``b`` while ``c`` runs beside them. `make test` runs the PDF and then the browser
+check beside the trained claims: the claims keep the CPU busy with training, and the PDF
+(Paged.js, then pypdf) and the browser check (Chromium, JupyterLab) take what the claims
+leave, in the order they had before (the browser check reads the HTML pages the PDF
+stage rewrites, so it starts only when that stage has ended). The output of stages that
+run side by side is held in a file each and printed, whole, when the group ends.
 
 Every stage runs even when an earlier one failed, so one run reports every problem; the exit
 status is non-zero when any stage failed. The last line is the summary, e.g.
@@ -17,80 +22,106 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 HEARTBEAT_S = 120.0
 
+#: a group of lanes that run side by side; a lane is stages (name, command) run in order
+Group = list[list[tuple[str, str]]]
 
-def parse(argv: list[str]) -> list[list[tuple[str, str]]]:
-    """The stages in groups that run side by side: [[(name, command), ...], ...]."""
-    groups: list[list[tuple[str, str]]] = []
+
+def parse(argv: list[str]) -> list[Group]:
+    """The stages in groups of lanes: [[[(name, command), ...], ...], ...]."""
+    groups: list[Group] = []
+    seen: set[str] = set()
     for spec in argv:
         name, sep, command = spec.partition("=")
-        if not sep or not name.lstrip("&") or not command:
+        if not sep or not name.lstrip("&+") or not command:
             raise SystemExit(f"stages: expected NAME=COMMAND, got {spec!r}")
-        if name.startswith("&"):
+        if name.lstrip("&+") in seen:
+            raise SystemExit(f"stages: two stages named {name.lstrip('&+')!r}")
+        seen.add(name.lstrip("&+"))
+        if name[0] in "&+":
             if not groups:
                 raise SystemExit(f"stages: {spec!r} has no stage before it to join")
-            groups[-1].append((name[1:], command))
+            if name[0] == "&":
+                groups[-1].append([(name[1:], command)])
+            else:
+                groups[-1][-1].append((name[1:], command))
         else:
-            groups.append([(name, command)])
+            groups.append([[(name, command)]])
     return groups
 
 
-def run_group(group: list[tuple[str, str]]) -> list[tuple[str, bool, float]]:
-    """Run one group's stages together; (name, passed, seconds) for each."""
-    if len(group) == 1:
-        name, command = group[0]
-        print(f"\n===== {name}: {command}", flush=True)
-        start = time.perf_counter()
-        ok = subprocess.run(command, shell=True, check=False).returncode == 0
-        elapsed = time.perf_counter() - start
-        print(
-            f"===== {name}: {'passed' if ok else 'FAILED'} in {elapsed:.1f} s",
-            flush=True,
-        )
-        return [(name, ok, elapsed)]
+def _run_alone(name: str, command: str) -> tuple[str, bool, float]:
+    print(f"\n===== {name}: {command}", flush=True)
+    start = time.perf_counter()
+    ok = subprocess.run(command, shell=True, check=False).returncode == 0
+    elapsed = time.perf_counter() - start
+    print(
+        f"===== {name}: {'passed' if ok else 'FAILED'} in {elapsed:.1f} s", flush=True
+    )
+    return name, ok, elapsed
 
-    names = " and ".join(name for name, _ in group)
+
+def run_group(group: Group) -> list[tuple[str, bool, float]]:
+    """Run one group's lanes side by side, each lane's stages in order; (name, passed,
+    seconds) for each stage, in the order given."""
+    if len(group) == 1:
+        return [_run_alone(name, command) for name, command in group[0]]
+
+    names = " and ".join(" then ".join(name for name, _ in lane) for lane in group)
     print(f"\n===== side by side: {names}", flush=True)
-    results = []
+    ended: dict[str, tuple[bool, float]] = {}
+    running: set[str] = set()
+    lock = threading.Lock()
     with tempfile.TemporaryDirectory() as tmp:
-        running = []
-        for i, (name, command) in enumerate(group):
-            log = (Path(tmp) / f"{i}.log").open("w")
-            start = time.perf_counter()
-            proc = subprocess.Popen(
-                command, shell=True, stdout=log, stderr=subprocess.STDOUT
-            )
-            running.append((name, command, proc, log, start))
-        ended: dict[str, float] = {}
+        logs = {}
+        for i, (name, _) in enumerate(stage for lane in group for stage in lane):
+            logs[name] = Path(tmp) / f"{i}.log"
+
+        def lane_runner(lane: list[tuple[str, str]]) -> None:
+            for name, command in lane:
+                with logs[name].open("w") as log:
+                    with lock:
+                        running.add(name)
+                    start = time.perf_counter()
+                    proc = subprocess.Popen(
+                        command, shell=True, stdout=log, stderr=subprocess.STDOUT
+                    )
+                    proc.wait()
+                    elapsed = time.perf_counter() - start
+                with lock:
+                    running.discard(name)
+                    ended[name] = (proc.returncode == 0, elapsed)
+                    print(f"===== {name}: ended after {elapsed:.1f} s", flush=True)
+
+        threads = [threading.Thread(target=lane_runner, args=(lane,)) for lane in group]
+        for thread in threads:
+            thread.start()
         last_word = time.perf_counter()
-        while len(ended) < len(running):
-            for name, _, proc, _, start in running:
-                if name not in ended and proc.poll() is not None:
-                    ended[name] = time.perf_counter() - start
-                    print(f"===== {name}: ended after {ended[name]:.1f} s", flush=True)
-            if (
-                time.perf_counter() - last_word > HEARTBEAT_S
-            ):  # a quiet log is not a hang
-                still = [name for name, *_ in running if name not in ended]
+        while any(thread.is_alive() for thread in threads):
+            if time.perf_counter() - last_word > HEARTBEAT_S:  # a quiet log is no hang
+                with lock:
+                    still = sorted(running)
                 print(f"===== still running: {', '.join(still)}", flush=True)
                 last_word = time.perf_counter()
             time.sleep(0.5)
-        for i, (name, command, proc, log, _) in enumerate(running):
-            log.close()
-            ok = proc.returncode == 0
-            print(f"\n===== {name}: {command}", flush=True)
-            print(
-                (Path(tmp) / f"{i}.log").read_text(errors="replace"), end="", flush=True
-            )
-            print(
-                f"===== {name}: {'passed' if ok else 'FAILED'} in {ended[name]:.1f} s",
-                flush=True,
-            )
-            results.append((name, ok, ended[name]))
+        for thread in threads:
+            thread.join()
+        results = []
+        for lane in group:
+            for name, command in lane:
+                ok, elapsed = ended[name]
+                print(f"\n===== {name}: {command}", flush=True)
+                print(logs[name].read_text(errors="replace"), end="", flush=True)
+                print(
+                    f"===== {name}: {'passed' if ok else 'FAILED'} in {elapsed:.1f} s",
+                    flush=True,
+                )
+                results.append((name, ok, elapsed))
     return results
 
 
@@ -99,9 +130,9 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     results: list[tuple[str, bool, float, str]] = []
     for group in groups:
-        side = [name for name, _ in group]
+        lane_of = {name: i for i, lane in enumerate(group) for name, _ in lane}
         for name, ok, elapsed in run_group(group):
-            others = [n for n in side if n != name]
+            others = [n for n, lane in lane_of.items() if lane != lane_of[name]]
             results.append(
                 (name, ok, elapsed, f"beside {', '.join(others)}" if others else "")
             )

@@ -165,6 +165,43 @@ def test_stages_run_side_by_side_and_report_each(tmp_path: Path) -> None:
     assert "beside b" in summary and "beside a" in summary
 
 
+def test_a_lane_runs_its_stages_in_order_beside_the_other_lane(tmp_path: Path) -> None:
+    """``a`` ``+b`` ``&c``: ``b`` starts when ``a`` has ended, and both run while ``c``
+    does (``c`` passes only if it sees ``a``'s and ``b``'s marks within 20 s, ``a`` only
+    if it sees ``c``'s, ``b`` only if ``a`` had ended); each keeps its own log and verdict."""
+    run = _stages(
+        f"a={_meet('a', 'c')}; touch a-done",
+        "+b=[ -e a-done ] && touch b && echo from-b-after-a",
+        "&c=touch c; for i in $(seq 200); do [ -e b ] && break; sleep 0.1; done; "
+        "[ -e a ] && [ -e b ] && echo from-c",
+        "d=echo d",
+        cwd=tmp_path,
+    )
+    out = run.stdout
+    assert run.returncode == 0, out
+    assert "from-a" in out and "from-b-after-a" in out and "from-c" in out
+    assert "side by side: a then b and c" in out
+    assert "stages: 4 passed, 0 failed" in out
+    summary = out.split("make test summary")[1]
+    lines = {line.split()[0]: line for line in summary.splitlines()[1:5]}
+    assert lines["a"].endswith("beside c") and lines["b"].endswith("beside c")
+    assert lines["c"].endswith("beside a, b") and "beside" not in lines["d"]
+    # the oracle catches a b that does not wait for a: here a never marks its end, and b
+    # alone fails
+    again = tmp_path / "again"
+    again.mkdir()
+    run = _stages(
+        f"a={_meet('a', 'c')}",
+        "+b=[ -e a-done ] && echo from-b-after-a",
+        f"&c={_meet('c', 'a')}",
+        cwd=again,
+    )
+    assert run.returncode == 1 and "stages: 2 passed, 1 failed" in run.stdout
+    assert "===== b: FAILED" in run.stdout
+
+
 def test_stages_refuse_a_malformed_stage() -> None:
     assert "expected NAME=COMMAND" in _stages("no command").stderr
     assert "no stage before it" in _stages("&first=true").stderr
+    assert "no stage before it" in _stages("+first=true").stderr
+    assert "two stages named" in _stages("a=true", "&a=true").stderr
