@@ -8,7 +8,8 @@ As the other families (tests/test_decoder_modern.py, whose helpers these reuse):
 within 1e-4 (float32) on 24 tokens (almost five windows of 5), 20 greedy KV-cache tokens
 identical to Hugging Face's ``generate`` for one prompt and for a left-padded batch of
 prompts of lengths 12, 7 and 3, and with an EOS token the same tokens up to each row's
-EOS; the rolling cache decodes past the window as the full forward. The NoPE layers
+EOS; the rolling cache decodes past the window as the full forward; in bfloat16 the
+copy stays within twice Hugging Face's own bfloat16-float32 distance. The NoPE layers
 skip RoPE (a layer's output with no causal mask is equivariant under a permutation of
 its tokens, a RoPE layer's is not; Hugging Face's own per-layer switch agrees), and a
 copy that ignores the NoPE layers or Cohere's pairing moves the logits, so the
@@ -202,6 +203,21 @@ def test_a_padded_batch_with_eos_matches_up_to_each_rows_eos(name: str) -> None:
         after = expected[row, stop:]  # Hugging Face pads a finished row
         assert bool((after == IDS["pad_token_id"]).all()), row
     assert stopped >= 1
+
+
+@pytest.mark.parametrize("name", list(HYBRIDS))
+def test_bfloat16_copy_is_as_close_to_hugging_face_as_its_rounding(name: str) -> None:
+    # as tests/test_decoder.py's: within twice the distance between Hugging Face's
+    # bfloat16 and float32 logits (Cohere2 rotates in float32, the copy in bfloat16)
+    hf = build(name).to(torch.bfloat16)
+    ids = tokens(2, 24)
+    with torch.no_grad():
+        expected = hf(ids).logits.float()
+        got = from_hf(hf)(ids)
+        exact = from_hf(build(name))(ids)
+    assert got.dtype == torch.bfloat16
+    rounding = (expected - exact).abs().max()
+    assert (got.float() - expected).abs().max() <= 2 * rounding
 
 
 @pytest.mark.parametrize("name", SLIDING)
