@@ -1028,10 +1028,15 @@ def test_page_contents_open_from_the_header_on_a_laptop(
 # ---- Phones: numbers, formulas, names, titles (review s6-ux D7, m8) ----------------------
 
 # A display formula that does not fit a phone is broken at its statements, relations and
-# top-level + and - (book.js), then shown up to 20% smaller; what still does not fit (a
-# derivation the author already broke into lines too long for a phone) scrolls in its box
-# under a label. At most this many per page do.
-MAX_SCROLLING_FORMULAS = 2
+# top-level + and - (book.js), then shown up to 20% smaller; a derivation whose lines are
+# still too long is broken by hand in its source (issue 37, D7: the sinusoidal encoding's
+# Phi, two of RoPE's, the position family's theta', notation's R(a); 6 -> 1 in the book).
+# None may scroll, but for the one formula below: what does scroll does so in its box
+# under a label.
+MAX_SCROLLING_FORMULAS = 0
+# The API page's T5 bucket formula is a docstring of companion.relative; breaking it there
+# changes companion/, whose hash keys the execution cache: every chapter would re-execute.
+SCROLLING_FORMULAS_ALLOWED = {"book/api.html": 1}
 
 PHONE_READING = r"""async () => {
     if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
@@ -1120,8 +1125,8 @@ def test_phone_numbers_formulas_names_and_titles(
 ) -> None:
     """At 390 px: no number in a table breaks across lines ("0.770 ± 0.009 (0.76–0.78)"
     stays whole) and a table wider than the screen is labelled as scrolling; every display
-    formula fits the screen or scrolls in its box under a label (at most
-    MAX_SCROLLING_FORMULAS per page); inline code wraps only between the parts of a name;
+    formula fits the screen (but for SCROLLING_FORMULAS_ALLOWED, which scroll in their box
+    under a label); inline code wraps only between the parts of a name;
     the chapter's title takes at most a quarter of the first screen."""
     name = page_path.relative_to(HTML).as_posix()
     page = _visit(browser, server, name, "phone").page
@@ -1139,10 +1144,11 @@ def test_phone_numbers_formulas_names_and_titles(
         problems.append(
             f"formulas wider than the screen, unlabelled: {found['unlabelled'][:3]}"
         )
-    if len(found["scrolling"]) > MAX_SCROLLING_FORMULAS:
+    allowed = SCROLLING_FORMULAS_ALLOWED.get(name, MAX_SCROLLING_FORMULAS)
+    if len(found["scrolling"]) > allowed:
         problems.append(
-            f"{len(found['scrolling'])} of {found['formulas']} display formulas scroll "
-            f"(at most {MAX_SCROLLING_FORMULAS}): {found['scrolling'][:4]}"
+            f"{len(found['scrolling'])} of {found['formulas']} display formulas are wider "
+            f"than the screen (at most {allowed}): {found['scrolling'][:4]}"
         )
     if found["code"]:
         problems.append(f"inline code broken inside a word: {found['code'][:4]}")
@@ -1159,7 +1165,7 @@ def test_phone_numbers_formulas_names_and_titles(
 def _diagram_figures() -> dict[str, list[str]]:
     """Built page -> the figure ids of the conceptual diagrams its notebook draws: a code
     cell that calls ``companion.diagrams`` and names its figure (tests/test_diagrams.py
-    checks that every chapter 1-10 has one, captioned). Read from the notebooks, not from
+    checks that every chapter but the environment one has one, captioned). Read from the notebooks, not from
     the HTML, so that a diagram missing from the built page is found missing."""
     import json
 
@@ -1211,9 +1217,10 @@ DIAGRAM_BOXES = """(ids) => {
 }"""
 
 
-def test_every_chapter_1_to_10_draws_a_diagram() -> None:
-    """Guards the next test against passing vacuously: chapters 1-9 and the appendix each
-    name a diagram figure in their notebook, and the built book has each page."""
+def test_every_chapter_but_the_environment_draws_a_diagram() -> None:
+    """Guards the next test against passing vacuously: every chapter after the environment
+    one, the appendix included, names a diagram figure in its notebook, and the built book
+    has each page."""
     pages = {rel[5:7] for rel in DIAGRAMS}
     assert pages == {f"{n:02d}" for n in range(1, 11)}, sorted(pages)
     if PAGES:
