@@ -33,10 +33,19 @@ from companion.rope import LAYOUTS, apply_rope, rope_cos_sin, rope_frequencies
 
 __all__: list[str] = []  # private: companion.decoder documents and re-exports the names
 
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+ROPE_TYPES = (
+    "default",
+    "linear",
+    "dynamic",
+    "yarn",
+    "llama3",
+    "longrope",
+    "proportional",
+)
 """The RoPE scaling types (``rope_parameters["rope_type"]``) a copy follows, in every
 family with RoPE (``longrope`` too, with the training length where Hugging Face reads
-it)."""
+it; ``proportional``, Gemma 4's, is p-RoPE over the whole head with
+``partial_rotary_factor`` as :math:`p`, frequencies divided by ``factor``)."""
 
 # Hugging Face activation names -> the same function in torch
 ACTIVATIONS = {
@@ -317,7 +326,15 @@ def _check_rope(spec: DecoderSpec, field_name: str, p: dict[str, Any]) -> None:
     )
     kind = v.choice(f"{field_name}['rope_type']", p.get("rope_type"), ROPE_TYPES)
     v.positive_real(f"{field_name}['rope_theta']", p.get("rope_theta"))
-    if kind != "default":
+    if kind == "proportional":  # p-RoPE: p in [0, 1], factor optional (1)
+        v.real(
+            f"{field_name}['partial_rotary_factor']",
+            p.get("partial_rotary_factor", 1.0),
+            minimum=0.0,
+            maximum=1.0,
+        )
+        v.optional(v.positive_real, f"{field_name}['factor']", p.get("factor"))
+    elif kind != "default":
         v.positive_real(f"{field_name}['factor']", p.get("factor"))
     if kind in ("yarn", "llama3", "longrope"):
         v.positive_int(
@@ -405,6 +422,13 @@ def _rope_table(
             original_max_position_embeddings=int(p["original_max_position_embeddings"]),
             seq_len=seq_len,
             attention_factor=p.get("attention_factor"),
+        )
+    elif kind == "proportional":  # Gemma 4: p-RoPE, floored pair count, / factor
+        from companion.rope_variants import p_rope_frequencies  # imports nothing here
+
+        p_keep = float(p.get("partial_rotary_factor", 1.0))
+        freqs = p_rope_frequencies(dim, p_keep, base=base) / float(
+            p.get("factor") or 1.0
         )
     else:  # "llama3"
         freqs = llama3_frequencies(

@@ -50,7 +50,9 @@ Cohere2's logits are multiplied by its ``logit_scale``.
 Every family of the table with RoPE reads every scaling type of ``ROPE_TYPES``
 (Gemma 3 one per layer type): linear, dynamic NTK, YaRN, Llama 3 and LongRoPE, whose
 frequencies are chosen in each call from the largest position + 1, as Hugging Face's
-``dynamic_rope_update`` does.
+``dynamic_rope_update`` does, and Gemma 4's ``proportional``
+(:func:`companion.rope_variants.p_rope_frequencies` over the whole head; tested in a
+Llama and in a Gemma 3's full layers, ``tests/test_families_gemma4.py``).
 
 Attention is :func:`companion.attention.scaled_dot_product_attention` (Gemma 2's
 soft-capped scores: :func:`companion.modern.softcap`, then the mask and the softmax),

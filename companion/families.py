@@ -248,6 +248,8 @@ def rotary_dim(
     """How many leading coordinates of a head RoPE turns: ``head_dim`` times the
     ``partial_rotary_factor`` of ``params`` (Hugging Face's ``rotary_ndims``), a factor
     below 1 refused unless ``partial``."""
+    if (params or {}).get("rope_type") == "proportional":
+        return head_dim  # p-RoPE's p: the pairs that turn, over the whole head
     factor = float((params or {}).get("partial_rotary_factor", 1.0) or 1.0)
     if factor != 1.0 and not partial:
         raise unsupported(f"partial_rotary_factor {factor} in a {family} model")

@@ -210,13 +210,13 @@ def p_rope_frequencies(
     r"""p-RoPE's frequencies (Barbero et al., 2025): RoPE with only the fastest
     fraction ``p`` of its frequencies, the slowest set to zero.
 
-    RoPE's :math:`\theta_i = b^{-2i/D}` for the first :math:`\operatorname{round}(p\,
-    D/2)` pairs (the fastest), :math:`0` for the rest: those pairs do not turn at all
+    RoPE's :math:`\theta_i = b^{-2i/D}` for the first :math:`\lfloor pD/2 \rfloor`
+    pairs (the fastest), :math:`0` for the rest: those pairs do not turn at all
     and carry content only, at every distance. :math:`p = 1` is RoPE, :math:`p = 0`
-    no position at all. The count is rounded to the nearest integer (Python's
-    ``round``); Barbero et al.'s code floors it (``int(p * D // 2)``): the two differ
-    where :math:`pD/2` has a fraction above one half (e.g. :math:`p = 0.3`,
-    :math:`D = 64`: 10 pairs here, 9 there).
+    no position at all. The count is floored as Barbero et al.'s code and Hugging
+    Face's ``proportional`` RoPE (Gemma 4) floor it, ``int(p * D // 2)`` in float
+    arithmetic: :math:`p = 0.3`, :math:`D = 24` turns 3 pairs (rounding would give 4),
+    :math:`D = 64` turns 9 (rounding: 10).
 
     Args:
         head_dim: ``D``, a positive even int.
@@ -231,7 +231,8 @@ def p_rope_frequencies(
     """
     theta = rope_frequencies(head_dim, base=base)  # validates head_dim and base
     p = _validate.real("fraction", fraction, minimum=0.0, maximum=1.0)
-    kept = round(p * theta.numel())
+    d = 2 * theta.numel()  # D, validated
+    kept = int(p * d // 2)  # floored, as HF's proportional RoPE: int(p * D // 2)
     theta[kept:] = 0.0
     return theta
 

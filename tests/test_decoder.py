@@ -923,7 +923,7 @@ SPEC_CASES = [
         dict(rope={"rope_type": "su", "rope_theta": 1e4}),
         ValueError,
         r"rope\['rope_type'\] must be one of 'default', 'linear', 'dynamic', 'yarn', "
-        r"'llama3', 'longrope', got 'su'",
+        r"'llama3', 'longrope', 'proportional', got 'su'",
     ),
     (
         dict(rope=_LONGROPE | {"short_factor": [1.0] * 3}),

@@ -387,6 +387,47 @@ def test_p_rope_keeps_the_fastest_pairs() -> None:
         assert (out[kept:] == 0).all()
 
 
+def _hf_proportional(head_dim: int, p: float, base: float, factor: float = 1.0):
+    """Hugging Face's ``proportional`` RoPE (Gemma 4): its inverse frequencies."""
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(
+        hidden_size=2 * head_dim,
+        num_attention_heads=2,
+        head_dim=head_dim,
+        rope_parameters={
+            "rope_type": "proportional",
+            "rope_theta": base,
+            "partial_rotary_factor": p,
+            "factor": factor,
+        },
+    )
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["proportional"](cfg)
+    assert attention_factor == 1.0
+    return inv_freq
+
+
+def test_p_rope_pair_count_is_hugging_faces_proportional_rope() -> None:
+    """The count of turning pairs is HF's floor int(p * D // 2) on a grid of (D, p),
+    the issue's D = 24, p = 0.3 (3 pairs; rounding gave 4) and D = 64, p = 0.3 (9, not
+    10) among them; the frequencies equal HF's to float32 rounding."""
+    differs = 0
+    for d, p in itertools.product(
+        (2, 4, 6, 8, 10, 12, 24, 30, 64, 100, 128, 256, 512),
+        (0.0, 0.05, 0.1, 0.125, 0.2, 0.25, 0.3, 1 / 3, 0.5, 0.6, 0.7, 0.75, 0.9, 1.0),
+    ):
+        hf = _hf_proportional(d, p, 1e4)
+        ours = p_rope_frequencies(d, p, base=1e4)
+        assert ours.shape == hf.shape == (d // 2,)
+        assert int((ours > 0).sum()) == int((hf > 0).sum()), (d, p)
+        torch.testing.assert_close(ours.float(), hf, rtol=1e-6, atol=0.0)
+        differs += int((ours > 0).sum()) != round(p * d / 2)
+    assert differs >= 10  # the grid holds counts where floor and round differ
+    assert int((p_rope_frequencies(24, 0.3) > 0).sum()) == 3
+    assert int((p_rope_frequencies(64, 0.3) > 0).sum()) == 9
+    assert int((_hf_proportional(24, 0.3, 1e4) > 0).sum()) == 3
+
+
 def test_p_rope_attention_is_rope_with_frozen_slow_pairs() -> None:
     torch.manual_seed(0)
     x = torch.randn(2, 7, 16, dtype=torch.float64)

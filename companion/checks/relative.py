@@ -187,16 +187,16 @@ def check_p_rope_frequencies(
     p_rope_frequencies: Callable[..., object],
 ) -> Iterator[Case]:
     r"""Check a learner's ``p_rope_frequencies(head_dim, fraction, base)``: RoPE's
-    :math:`\theta_i` for the fastest :math:`\operatorname{round}(p D/2)` pairs, 0 for
+    :math:`\theta_i` for the fastest :math:`\lfloor p D/2 \rfloor` pairs, 0 for
     the others.
 
     Reference: :func:`companion.rope_variants.p_rope_frequencies`. Cases: ``(8, 0.5)``,
     ``(128, 0.25)``, ``(64, 0.75)``, ``(16, 1.0)``, base 10000 (500000 for one), and
-    ``(64, 0.3)``, where :math:`pD/2 = 9.6` is not whole. Named mistakes: "slowest
-    pairs kept" (the fastest set to zero instead), "pairs removed" (a shorter vector:
-    p-RoPE keeps the width, the slow pairs do not turn), "rounded down" (``int(p D/2)``,
-    Barbero et al.'s code's count, where the exercise and this book round to the
-    nearest).
+    ``(64, 0.3)`` and ``(24, 0.3)``, where :math:`pD/2 = 9.6` and :math:`3.6` are not
+    whole. Named mistakes: "slowest pairs kept" (the fastest set to zero instead),
+    "pairs removed" (a shorter vector: p-RoPE keeps the width, the slow pairs do not
+    turn), "rounded to the nearest" (``round(p D/2)``, where Barbero et al.'s code and
+    Hugging Face's ``proportional`` RoPE, as this book, floor: ``int(p * D // 2)``).
 
     Args:
         p_rope_frequencies: a function returning a ``(D/2,)`` tensor.
@@ -206,12 +206,13 @@ def check_p_rope_frequencies(
         (128, 0.25, 5e5),
         (64, 0.75, 1e4),
         (16, 1.0, 1e4),
-        (64, 0.3, 1e4),  # p D/2 = 9.6: rounded 10, floored 9
+        (64, 0.3, 1e4),  # p D/2 = 9.6: floored 9, rounded 10
+        (24, 0.3, 1e4),  # p D/2 = 3.6: floored 3 (Hugging Face), rounded 4
     ):
         theta = rope_frequencies(head_dim, base=base)
-        kept = round(p * head_dim / 2)
-        floored = theta.clone()
-        floored[int(p * head_dim // 2) :] = 0.0
+        kept = int(p * head_dim // 2)
+        rounded = theta.clone()
+        rounded[round(p * head_dim / 2) :] = 0.0
         slow = theta.clone()
         slow[: head_dim // 2 - kept] = 0.0
         yield Case(
@@ -222,7 +223,7 @@ def check_p_rope_frequencies(
                 Mistake(
                     "slowest pairs kept",
                     "p-RoPE drops the lowest frequencies (the last pairs, the slow "
-                    "ones) and keeps the fastest: theta_i for i < round(p D/2).",
+                    "ones) and keeps the fastest: theta_i for i < floor(p D/2).",
                     slow,
                 ),
                 Mistake(
@@ -235,14 +236,14 @@ def check_p_rope_frequencies(
             + (
                 [
                     Mistake(
-                        "rounded down",
-                        f"p D/2 = {p * head_dim / 2:g}: this exercise rounds it to the "
-                        f"nearest integer ({kept} pairs turn); int() floors it "
-                        f"({int(p * head_dim // 2)}), as Barbero et al.'s code does.",
-                        floored,
+                        "rounded to the nearest",
+                        f"p D/2 = {p * head_dim / 2:g}: floor it ({kept} pairs turn), "
+                        "int(p * D // 2) as Barbero et al.'s code and Hugging Face's "
+                        f"proportional RoPE do; round() gives {round(p * head_dim / 2)}.",
+                        rounded,
                     )
                 ]
-                if int(p * head_dim // 2) != kept
+                if round(p * head_dim / 2) != kept
                 else []
             ),
             atol=1e-12,

@@ -179,7 +179,7 @@ def test_shaw_relative_index_names(named) -> None:
 
 def p_rope_numpy(head_dim, fraction, base):
     theta = base ** (-np.arange(0, head_dim, 2) / head_dim)
-    theta[round(fraction * head_dim / 2) :] = 0.0
+    theta[int(fraction * head_dim // 2) :] = 0.0  # floored, as Hugging Face's
     return theta
 
 
@@ -199,23 +199,23 @@ def test_p_rope_frequencies_accepts(answer) -> None:
 def test_p_rope_frequencies_names(named) -> None:
     def slowest(d, p, b):
         theta = rope_frequencies(d, base=b)
-        theta[: d // 2 - round(p * d / 2)] = 0.0
+        theta[: d // 2 - int(p * d // 2)] = 0.0
         return theta
 
     named(lambda: rchecks.check_p_rope_frequencies(slowest), "slowest pairs kept")
     named(
         lambda: rchecks.check_p_rope_frequencies(
-            lambda d, p, b: rope_frequencies(d, base=b)[: round(p * d / 2)]
+            lambda d, p, b: rope_frequencies(d, base=b)[: int(p * d // 2)]
         ),
         "pairs removed",
     )
 
-    def floored(d, p, b):  # Barbero et al.'s int(p * D // 2)
+    def rounded(d, p, b):  # round(p D/2): 4 pairs at D = 24, p = 0.3 (HF: 3)
         theta = rope_frequencies(d, base=b)
-        theta[int(p * d // 2) :] = 0.0
+        theta[round(p * d / 2) :] = 0.0
         return theta
 
-    named(lambda: rchecks.check_p_rope_frequencies(floored), "rounded down")
+    named(lambda: rchecks.check_p_rope_frequencies(rounded), "rounded to the nearest")
 
 
 # ---- check_decay_sum ---------------------------------------------------------------------
