@@ -105,10 +105,39 @@ def test_first_code_cell_imports_companion_and_seeds(nb_path: Path) -> None:
     )
 
 
+def web_enumerator(nb_path: Path) -> str:
+    """How the web book numbers the chapter's exercises: "9.%s" (Exercise 9.1), "A.%s"
+    for the appendix (_toc.yml's parts captioned "Appendix ..."), "%s" for the environment
+    chapter, which the web leaves unnumbered."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    appendix = [
+        chapter["file"]
+        for part in toc["parts"]
+        if str(part.get("caption", "")).lower().startswith("appendix")
+        for chapter in part["chapters"]
+    ]
+    name = f"book/{nb_path.stem}"
+    if name in appendix:
+        return f"{'ABCDEFGH'[appendix.index(name)]}.%s"
+    number = int(nb_path.name[:2])
+    return f"{number}.%s" if number else "%s"
+
+
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
 def test_chapter_opens_with_label_and_title(nb_path: Path) -> None:
+    """The first cell: JupyterLab's front matter (issue 37, D5: jupyterlab-myst numbers the
+    exercises as the web does, "Exercise 9.1", and no equation, as the web numbers none;
+    book/_ext/book_html.py drops the block from the web and the PDF), then the chapter's
+    label and title."""
     first = source(load(nb_path)["cells"][0])
-    assert re.match(r"\(ch-[a-z0-9-]+\)=\n# \S", first), (
+    front = re.match(r"---\n(.*?\n)---\n", first, re.S)
+    assert front, (
+        f"{nb_path.name}: the first cell must open with JupyterLab's front matter"
+    )
+    assert yaml.safe_load(front.group(1)) == {
+        "numbering": {"enumerator": web_enumerator(nb_path), "equation": False}
+    }, f"{nb_path.name}: front matter {front.group(1)!r}"
+    assert re.match(r"\(ch-[a-z0-9-]+\)=\n# \S", first[front.end() :]), (
         f"{nb_path.name}: the first cell must be a label `(ch-...)=` and a `# Title`"
     )
 
@@ -172,14 +201,21 @@ def test_exercises_have_gated_solutions_that_run_a_checker(nb_path: Path) -> Non
         assert not skipped, f"{nb_path.name}: the solution to {label} must run at build"
 
 
-def test_solution_blocks_are_dropdowns() -> None:
-    for nb_path in NOTEBOOKS:
-        for cell in load(nb_path)["cells"]:
-            text = source(cell)
-            for block in re.findall(r"```\{solution(?:-start)?\}[^`]*```", text):
-                assert ":class: dropdown" in block, (
-                    f"{nb_path.name}: solution not hidden"
-                )
+def test_solution_markers_draw_no_dead_control_in_jupyterlab() -> None:
+    """No solution marker carries ``:class: dropdown``: jupyterlab-myst draws it as a chevron
+    that does not open the solution (issue 37, D3). The web folds every solution all the
+    same (book/_ext/book_html.py adds the class; test_site's dropdown tests click them)."""
+    blocks = [
+        (nb_path.name, block)
+        for nb_path in NOTEBOOKS
+        for cell in load(nb_path)["cells"]
+        for block in re.findall(r"```\{solution(?:-start)?\}[^`]*```", source(cell))
+    ]
+    assert len(blocks) >= 40, f"only {len(blocks)} solutions found"
+    dropdowns = [name for name, block in blocks if "dropdown" in block]
+    assert not dropdowns, f"solution markers with a dropdown class in {dropdowns}"
+    ext = (ROOT / "book" / "_ext" / "book_html.py").read_text(encoding="utf-8")
+    assert '"doctree-read", _fold_solutions' in ext, "the web no longer folds them"
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)

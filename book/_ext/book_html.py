@@ -20,6 +20,9 @@
   ``scripts/build_pdf.py`` restores the link when it writes the PDF after the HTML build.
 - The appendix is numbered as an appendix: "A. Performance and precision", sections "A.1",
   "Fig. A.1" (the chapters of ``_toc.yml``'s parts whose caption starts with "Appendix").
+- Chapters as JupyterLab and the web both number them: the YAML block that opens a chapter's
+  first cell for jupyterlab-myst (its numbering) is dropped before parsing, and every
+  solution folds on the web without the ``:class: dropdown`` that Lab draws as a dead chevron.
 - Lighter pages: the theme's Font Awesome bundle (1.5 MB, every icon) is cut down to the icons
   the built pages and the theme's scripts name.
 """
@@ -27,6 +30,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 from collections import defaultdict
@@ -64,6 +68,39 @@ def _drop_thebe(
     styles = context.get("css_files")
     if styles:
         context["css_files"] = [s for s in styles if "thebe" not in str(s)]
+
+
+# ---- JupyterLab's numbering and solution markers (issue 37, s6-ux D3, D5) ------------------
+
+# A chapter's first cell opens with a YAML block that only JupyterLab reads: jupyterlab-myst
+# takes its ``numbering`` (``enumerator: "9.%s"``: "Exercise 9.1" as on the web; equations
+# unnumbered, as on the web). MyST-NB reads no front matter in a cell and would show it as a
+# rule and a heading, so it is dropped from the source here, before parsing.
+LAB_FRONT_MATTER = re.compile(r"\A---\n(?:.*\n)*?---\n")
+
+
+def _drop_lab_front_matter(app: Sphinx, docname: str, source: list[str]) -> None:
+    if not str(app.env.doc2path(docname)).endswith(".ipynb"):
+        return
+    notebook = json.loads(source[0])
+    first = notebook["cells"][0]
+    text = "".join(first["source"])
+    match = LAB_FRONT_MATTER.match(text)
+    if first["cell_type"] == "markdown" and match:
+        first["source"] = text[match.end() :]
+        source[0] = json.dumps(notebook, ensure_ascii=False)
+
+
+# Every solution folds on the web (a dropdown). The chapters' ``solution-start`` markers carry
+# no ``:class: dropdown``: jupyterlab-myst draws that class as a chevron on the marker, a
+# control that does not open the solution there (it is in the folded cells below the
+# marker), so the class is added here.
+def _fold_solutions(app: Sphinx, doctree: Any) -> None:
+    from sphinx_exercise.nodes import solution_node
+
+    for node in doctree.findall(solution_node):
+        if "dropdown" not in node["classes"]:
+            node["classes"].append("dropdown")
 
 
 # ---- findable pages: description, Open Graph, one viewport, one title ---------------------
@@ -364,7 +401,9 @@ def setup(app: Sphinx) -> dict[str, Any]:
     _patch_proof_index()
     app.connect("builder-inited", _add_static_path)
     app.connect("builder-inited", _singlehtml_knows_html_nodes)
+    app.connect("source-read", _drop_lab_front_matter)
     app.connect("doctree-read", _record_proof_titles)
+    app.connect("doctree-read", _fold_solutions)
     app.connect("env-get-updated", _letter_appendices, priority=900)
     app.connect("html-page-context", _drop_thebe, priority=900)
     app.connect("html-page-context", _page_metadata, priority=900)

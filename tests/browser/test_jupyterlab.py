@@ -14,10 +14,14 @@ every check runs on that visit (``test_chapter_in_jupyterlab``):
 * a cross-reference or a citation reads as text ("Su et al. [2024]"), never as its bare
   label or bib key (``scripts/jupyterlab_citations.py`` writes the citations' text, and
   the API roles' short names);
-* every exercise's title is shown, numbered;
+* every exercise's title is shown, numbered as on the web ("Exercise 9.1 (...)": the
+  chapter's front matter gives jupyterlab-myst the enumerator, tests/test_book.py checks it);
 * every cell of every solution is folded, and its placeholder (the cell's first line) is
   one of the neutral lines of ``tests/checks/test_solution_cells.py``: no solution text is
   visible before the learner opens it;
+* no solution cell draws a dropdown: its marker, opened, reads "Start of Solution to
+  Exercise N.1" with no chevron (one that would open nothing: the solution is in the
+  folded cells below the marker);
 * saving the chapter, as JupyterLab's autosave would, leaves ``git status --porcelain``
   empty: opening a chapter does not modify it.
 
@@ -143,6 +147,7 @@ CELLS = """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].map(cel
   return {
     kind: markdown ? 'markdown' : 'code',
     text,
+    dropdowns: cell.querySelectorAll('.jp-RenderedMarkdown details').length,
     folded: placeholder ? placeholder.textContent.trim() : null,
     visible: !!rendered && rendered.checkVisibility() && rendered.innerText.trim() !== '',
   };
@@ -258,6 +263,35 @@ def _exercise_titles(chapter: str) -> list[str]:
         for m in re.finditer(r"```\{exercise\}[ \t]*(.*)", _source(cell)):
             titles.append(m.group(1).strip())
     return titles
+
+
+def _web_number(chapter: str) -> str:
+    """The chapter's number as the web book prints it before an exercise's: "9." for
+    the modern decoders, "A." for the appendix (_toc.yml's parts captioned "Appendix"),
+    nothing for the environment chapter."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    appendix = [
+        entry["file"]
+        for part in toc["parts"]
+        if str(part.get("caption", "")).lower().startswith("appendix")
+        for entry in part["chapters"]
+    ]
+    name = f"book/{Path(chapter).stem}"
+    if name in appendix:
+        return "ABCDEFGH"[appendix.index(name)] + "."
+    number = int(chapter[:2])
+    return f"{number}." if number else ""
+
+
+def _numbered_exercise_titles(chapter: str) -> list[str]:
+    """Each exercise's title as the web book shows it: "Exercise 9.1 (Receptive field)"."""
+    prefix = _web_number(chapter)
+    return [
+        f"Exercise {prefix}{k}" + (f" ({title})" if title else "")
+        for k, title in enumerate(_exercise_titles(chapter), 1)
+    ]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -450,8 +484,8 @@ def _problems(chapter: str, cells: list[dict]) -> list[str]:
     # jupyterlab-myst prints typographic quotes (T5’s), the source has straight ones
     plain = shown.translate(str.maketrans({"\u2018": "'", "\u2019": "'"}))
     problems += [
-        f"exercise title not shown: {t!r}"
-        for t in _exercise_titles(chapter)
+        f"exercise not shown as on the web: {t!r}"
+        for t in _numbered_exercise_titles(chapter)
         if t not in plain
     ]
     for i in sorted(_solution_cells(nb)):
@@ -460,6 +494,11 @@ def _problems(chapter: str, cells: list[dict]) -> list[str]:
             problems.append(f"solution cell {i} is open: {cell['text'][:80]!r}")
         elif cell["folded"] != first or first not in NEUTRAL:
             problems.append(f"solution cell {i} shows {cell['folded']!r} folded")
+        if cell["dropdowns"]:
+            problems.append(
+                f"solution cell {i} draws a dropdown: a chevron that does not open the "
+                "solution (the solution is in the cells below its marker)"
+            )
     return problems
 
 
@@ -478,23 +517,43 @@ def test_chapter_in_jupyterlab(page, lab, chapter) -> None:
         diff = _git(book, "diff", "--", chapter)
         problems.append(f"saving it changed the file:\n{diff[:1500]}")
     if chapter.startswith("02_"):
-        problems += _a_solution_opens_on_click(page)
+        problems += _a_solution_opens_on_click(page, chapter)
     assert not problems, f"{chapter} in JupyterLab:\n" + "\n".join(problems[:15])
 
 
-def _a_solution_opens_on_click(page: object) -> list[str]:
-    placeholder = page.locator(".jp-MarkdownCell .jp-InputPlaceholder").first
+def _a_solution_opens_on_click(page: object, chapter: str) -> list[str]:
+    """Open the chapter's first solution marker: it opens, and reads "Start of Solution to
+    Exercise N.1" with no control of its own (no chevron that would not open the solution,
+    which is in the folded cells below it)."""
+    first = min(
+        i
+        for i, cell in enumerate(_notebook(chapter)["cells"])
+        if "```{solution-start}" in _source(cell)
+    )
+    marker = page.locator(".jp-Notebook .jp-Cell").nth(first)
+    placeholder = marker.locator(".jp-InputPlaceholder").first
     placeholder.scroll_into_view_if_needed()
     page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / "02_rope-solution-folded.png"))
     before = page.locator(".jp-InputPlaceholder").count()
     placeholder.click()
     page.wait_for_timeout(1000)
+    marker.scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / "02_rope-solution-open.png"))
     after = page.locator(".jp-InputPlaceholder").count()
-    return (
-        [] if after < before else ["clicking a solution's placeholder opened nothing"]
+    if after >= before:
+        return ["clicking a solution's placeholder opened nothing"]
+    problems = []
+    heading = f"Start of Solution to Exercise {_web_number(chapter)}1"
+    shown = " ".join(marker.inner_text().split())  # the link sits on a line of its own
+    if heading not in shown:
+        problems.append(f"the open marker reads {shown[:80]!r}, not {heading!r}")
+    controls = (
+        marker.locator(".jp-RenderedMarkdown").locator("details, summary").count()
     )
+    if controls:
+        problems.append(f"the open marker draws {controls} controls (a dead chevron)")
+    return problems
 
 
 def test_citations_carry_the_web_books_text() -> None:
