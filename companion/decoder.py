@@ -79,7 +79,7 @@ Another family is ported by passing a :class:`Port` (how to read its config and 
 its weights, optionally a :class:`DecoderBlock` subclass and a :class:`DecoderSpec`
 subclass) to :func:`from_hf`; :data:`PORTS` holds the first eleven above (the registry
 of :mod:`companion.families`, where each is an entry), ``HYBRID_PORTS`` there the two
-hybrids, and ``companion.mla.PORTS``
+hybrids, ``GEMMA4_PORTS`` Gemma 4's text model, and ``companion.mla.PORTS``
 (DeepSeek-V3's multi-head latent attention) is looked up after it. What the copy does
 not implement raises :class:`ValueError` naming it: other architectures without a port,
 sliding windows outside the families above, RoPE types other than the six of
@@ -137,13 +137,15 @@ there is found here."""
 
 def _find_port(model: nn.Module) -> Port:
     """``model``'s port: its class (or a base class) in :data:`PORTS`, else in
-    ``companion.families.HYBRID_PORTS``, else in ``companion.mla.PORTS``."""
+    ``companion.families.HYBRID_PORTS``, ``companion.families.GEMMA4_PORTS``, else in
+    ``companion.mla.PORTS``."""
     names = [cls.__name__ for cls in type(model).__mro__]
-    for registry in (PORTS, families.HYBRID_PORTS, mla.PORTS):
+    registries = (PORTS, families.HYBRID_PORTS, families.GEMMA4_PORTS, mla.PORTS)
+    for registry in registries:
         port = next((registry[n] for n in names if n in registry), None)
         if port is not None:
             return port
-    known = [*PORTS, *families.HYBRID_PORTS]
+    known = [*PORTS, *families.HYBRID_PORTS, *families.GEMMA4_PORTS]
     known += [n for n in mla.PORTS if n not in known]
     raise ValueError(
         f"model must be one of {', '.join(known)} (or come with a port), got "

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from companion import _validate
@@ -39,7 +40,7 @@ from companion._architecture import (
     check_block_type,
 )
 
-__all__ = ["HYBRID_PORTS", "PORTS", "Port", "base_fields"]
+__all__ = ["GEMMA4_PORTS", "HYBRID_PORTS", "PORTS", "Port", "base_fields"]
 
 
 # ---- the entry -----------------------------------------------------------------------
@@ -690,6 +691,163 @@ def load_fused(dst: Decoder, model: nn.Module) -> None:
     copy_output(dst, model)
 
 
+# ---- Gemma 4 (text) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gemma4Spec(DecoderSpec):
+    r"""A :class:`~companion.decoder.DecoderSpec` with Gemma 4's one new field.
+
+    Every layer's values pass an RMSNorm with no gain over each head (Hugging Face's
+    ``v_norm``); ``rms_variant`` is ``"torch"`` (the gain itself, not Gemma 2/3's
+    ``1 + w``) and the score scale is 1 (the QK-norm sets the scores' size).
+
+    Args:
+        kv_from_keys: the layers whose values are their key projection (Hugging Face's
+            ``attention_k_eq_v``: the full layers), taken before the key norm and RoPE,
+            so the layer has no ``v_proj``; increasing layer indices.
+    """
+
+    kv_from_keys: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        v, n = _validate, self.num_layers
+        items = v.sequence("kv_from_keys", self.kv_from_keys, what="layer indices")
+        layers = tuple(
+            v.integer(f"kv_from_keys[{j}]", i, minimum=0, maximum=n - 1)
+            for j, i in enumerate(items)
+        )
+        if layers != tuple(sorted(set(layers))):
+            raise ValueError(
+                "kv_from_keys must be increasing layer indices (each once), got "
+                f"{layers}"
+            )
+        object.__setattr__(self, "kv_from_keys", layers)
+
+
+class HeadNormedValues(nn.Module):
+    """Gemma 4's values: a projection, then an RMSNorm without gain over each head's
+    ``D`` coordinates. ``source`` is the layer's own ``nn.Linear`` or, where keys
+    are values, its ``k_proj`` (held, not copied: one weight).
+
+    Shape: input ``(B, L, E)``; output ``(B, L, H_kv * D)``.
+    """
+
+    def __init__(self, source: nn.Linear, head_dim: int, eps: float) -> None:
+        super().__init__()
+        self.source, self.head_dim, self.eps = source, head_dim, eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        from companion.norm import rms_norm  # the chapter's function
+
+        v = self.source(x)
+        heads = v.unflatten(-1, (-1, self.head_dim))  # (B, L, H_kv, D)
+        return rms_norm(heads, self.head_dim, eps=self.eps).flatten(-2)
+
+
+class Gemma4Block(DecoderBlock):
+    """Gemma 3's block (:class:`~companion.decoder.DecoderBlock`, sandwich norms,
+    QK-norm per head) with Gemma 4's values (:class:`HeadNormedValues`; in the layers of
+    ``kv_from_keys`` the key projection's output) and its output times the layer's
+    scalar (Hugging Face's ``layer_scalar`` buffer, copied)."""
+
+    def __init__(self, spec: DecoderSpec, layer: int) -> None:
+        super().__init__(spec, layer)
+        _validate.instance("spec", spec, Gemma4Spec, "a Gemma4Spec")
+        own = None if layer in spec.kv_from_keys else self.v_proj
+        del self.v_proj
+        self.v_proj = HeadNormedValues(own or self.k_proj, spec.head_dim, spec.eps)
+        self.register_buffer("layer_scalar", torch.ones(1))
+
+    def forward(self, x, rope, mask, past=None):  # the base's, times the scalar
+        out, present = super().forward(x, rope, mask, past)
+        return out * self.layer_scalar.to(out.dtype), present
+
+
+def spec_gemma4(model: nn.Module) -> dict[str, Any]:
+    """Gemma 4 (text): Gemma 3's block (sandwich norms, QK-norm per head, scaled
+    embeddings, a RoPE set per layer type: proportional, i.e. p-RoPE, in the full
+    layers of the published configs) with the gain-only RMSNorm (``"torch"``), score
+    scale 1, values normed per head and ``kv_from_keys`` from ``attention_k_eq_v``.
+    Refused by name: per-layer inputs, layers sharing another's keys and values, a
+    mixture of experts, full layers whose head width or key/value heads differ from
+    the sliding layers', bidirectional attention."""
+    c = model.config
+    refuse = {
+        "hidden_size_per_layer_input": getattr(c, "hidden_size_per_layer_input", 0),
+        "num_kv_shared_layers": getattr(c, "num_kv_shared_layers", 0),
+        "enable_moe_block": getattr(c, "enable_moe_block", False),
+        "use_bidirectional_attention": getattr(c, "use_bidirectional_attention", None),
+    }
+    for key, value in refuse.items():
+        if value:
+            raise unsupported(f"{key}={value!r} in a Gemma 4 model")
+    for key in ("head_dim", "num_key_value_heads"):  # global_head_dim, ...
+        first = getattr(c.per_layer_config[0], key)  # read per layer: HF refuses
+        for i, kind in enumerate(c.layer_types):  # the global one where they differ
+            theirs = getattr(c.per_layer_config[i], key)
+            if theirs != first:
+                raise unsupported(
+                    f"{key}={theirs} in layer {i} ({kind}) of a Gemma 4 model whose "
+                    f"layer 0 ({c.layer_types[0]}) has {first}"
+                )
+    rope = getattr(c, "rope_parameters", None) or {}
+    full, local = rope.get("full_attention"), rope.get("sliding_attention")
+    fields = base_fields(
+        model,
+        "gemma4",
+        sliding="layer_types",
+        activation=c.hidden_activation,
+        scales=(1.0,) * c.num_hidden_layers,
+        rms_variant="torch",
+        block_norms="sandwich",
+        qk_norm="head",
+        embedding_scale=c.hidden_size**0.5,
+        final_softcap=float(getattr(c, "final_logit_softcapping", None) or 0.0),
+        rope_params=full,
+        nested=True,
+    )
+    if local:
+        fields["local_rope"] = rope_parameters(c, fields["rotary_dim"], local, True)
+    full_layers = tuple(
+        i for i, t in enumerate(fields["layer_types"]) if t == "full_attention"
+    )
+    fields["kv_from_keys"] = full_layers if c.attention_k_eq_v else ()
+    return fields
+
+
+def load_gemma4(dst: Decoder, model: nn.Module) -> None:
+    """Gemma 4's weights: Llama's names with the sandwich norms of Gemma 2/3, the
+    QK-norms, no ``v_proj`` where keys are values, and each layer's ``layer_scalar``."""
+    base = model.model
+    copy_weight(dst.embed, base.embed_tokens.weight)
+    copy_norm(dst.final_norm, base.norm)
+    norms = {
+        "norm1": "input_layernorm",
+        "post_norm1": "post_attention_layernorm",
+        "norm2": "pre_feedforward_layernorm",
+        "post_norm2": "post_feedforward_layernorm",
+    }
+    for block, layer in zip(dst.blocks, base.layers, strict=True):
+        a = layer.self_attn
+        for ours, theirs in norms.items():
+            copy_norm(getattr(block, ours), getattr(layer, theirs))
+        copy_norm(block.q_norm, a.q_norm)
+        copy_norm(block.k_norm, a.k_norm)
+        copy_linear(block, a, ("q_proj", "k_proj", "o_proj"))
+        if (a.v_proj is None) != (block.v_proj.source is block.k_proj):
+            raise ValueError(
+                "model's weights must fit the spec: kv_from_keys must name exactly "
+                "the layers without v_proj (attention_k_eq_v's full layers)"
+            )
+        if a.v_proj is not None:
+            copy_weight(block.v_proj.source, a.v_proj.weight, a.v_proj.bias)
+        copy_linear(block, layer.mlp, ("gate_proj", "up_proj", "down_proj"))
+        block.layer_scalar.copy_(layer.layer_scalar)
+    copy_output(dst, model)
+
+
 # ---- the registry --------------------------------------------------------------------
 
 
@@ -722,3 +880,13 @@ HYBRID_PORTS: dict[str, Port] = {
 :func:`~companion.decoder.from_hf` looks here after :data:`PORTS`. SmolLM3 (Llama's
 block, NoPE every 4th layer by default) and Cohere2 (sliding RoPE layers, global NoPE
 layers); both in Llama's weight layout."""
+
+GEMMA4_PORTS: dict[str, Port] = {
+    "Gemma4ForCausalLM": Port(
+        spec=spec_gemma4, load=load_gemma4, block=Gemma4Block, spec_type=Gemma4Spec
+    ),
+}
+"""Gemma 4's text model (issue 34): :func:`~companion.decoder.from_hf` looks here after
+:data:`HYBRID_PORTS`. Its own block (:class:`Gemma4Block`: values normed per head,
+keys as values in the full layers where ``attention_k_eq_v``, a scalar per layer) and
+spec (:class:`Gemma4Spec`); what it refuses: :func:`spec_gemma4`."""

@@ -244,6 +244,7 @@ def test_bad_input_raises_a_clear_error(name: str, thunk, error, match: str) -> 
 NO_BAD_INPUTS = {
     "PORTS": "the registry, a mapping read, not called",
     "HYBRID_PORTS": "the RoPE/NoPE hybrids' registry, a mapping read",
+    "GEMMA4_PORTS": "Gemma 4's registry, a mapping read (test_families_gemma4)",
 }
 
 

@@ -12,6 +12,14 @@ layers (Gemma 4's RoPE sets) give Hugging Face's logits within 1e-4 on 30 tokens
 windows of 5) and its 20 greedy KV-cache tokens, for one prompt and a left-padded
 batch; the same weights read with the rounded count (4 pairs) or without the factor
 move the logits, so the comparison can fail; bad parameters raise naming the key.
+
+Gemma 4's text model (``Gemma4ForCausalLM``, families.GEMMA4_PORTS) on tiny configs
+(4 layers, window 5, proportional RoPE p = 0.25 in the full layers, layer scalars set
+away from 1): the same logits, greedy tokens, left-padded batch and EOS checks, with
+``attention_k_eq_v`` on and off; a copy without the value norm, with its own values
+in the keys-as-values layers or without the layer scalars moves the logits; what the
+copy does not implement (per-layer inputs, shared KV, experts, a wider global head)
+is refused by name.
 """
 
 from __future__ import annotations
@@ -25,10 +33,11 @@ import torch
 pytest.importorskip("transformers")
 
 import transformers
-from test_decoder import NEW, PROMPT, TOL, randomize, tokens
+from test_decoder import IDS, NEW, PROMPT, TOL, randomize, tokens
 from test_decoder_modern import BASE, WINDOW, hf_generate, hf_logits, left_padded
 
-from companion.decoder import Decoder, DecoderSpec, from_hf, generate
+from companion import families
+from companion.decoder import PORTS, Decoder, DecoderSpec, from_hf, generate
 from companion.rope_variants import p_rope_frequencies
 
 transformers.logging.set_verbosity_error()
@@ -74,6 +83,32 @@ CONFIGS = {
 }
 
 
+def _gemma4(**kw) -> tuple:
+    cfg = dict(
+        BASE,
+        num_hidden_layers=4,
+        head_dim=16,
+        global_head_dim=16,  # Hugging Face's default 512: refused (a wider head)
+        sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        hidden_size_per_layer_input=0,  # Hugging Face's default 256: refused
+        final_logit_softcapping=30.0,
+        tie_word_embeddings=False,  # tied: greedy repeats the input token
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+            "full_attention": _proportional(0.25, base=1000.0),
+        },
+    )
+    return T.Gemma4ForCausalLM, T.Gemma4TextConfig(**{**cfg, **kw})
+
+
+GEMMA4 = {
+    "gemma4": _gemma4(),
+    "gemma4-k-eq-v": _gemma4(attention_k_eq_v=True),
+}
+CONFIGS.update(GEMMA4)
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     threads = torch.get_num_threads()
@@ -85,7 +120,12 @@ def _one_thread():
 def build(name: str, seed: int = 0) -> torch.nn.Module:
     cls, cfg = CONFIGS[name]
     torch.manual_seed(seed)
-    return randomize(cls(copy.deepcopy(cfg)), seed).eval()
+    model = randomize(cls(copy.deepcopy(cfg)), seed).eval()
+    if name in GEMMA4:  # a buffer randomize leaves at 1: each layer its own scalar
+        with torch.no_grad():
+            for i, layer in enumerate(model.model.layers):
+                layer.layer_scalar.fill_(0.5 + 0.25 * i)
+    return model
 
 
 def hf_inv_freq(hf: torch.nn.Module, layer_type: str | None = None) -> torch.Tensor:
@@ -98,7 +138,7 @@ def hf_inv_freq(hf: torch.nn.Module, layer_type: str | None = None) -> torch.Ten
 # ---- the reader: rope_type proportional is p-RoPE -------------------------------------
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("name", [n for n in CONFIGS if n not in GEMMA4])
 def test_proportional_is_read_as_p_rope_with_hugging_faces_frequencies(name) -> None:
     hf = build(name)
     spec = from_hf(hf).spec
@@ -200,3 +240,125 @@ def test_bad_proportional_parameters_are_refused_by_name(change, match) -> None:
     spec = from_hf(build("llama-p0.3")).spec
     with pytest.raises((ValueError, TypeError), match=match):
         DecoderSpec(**{**dataclasses.asdict(spec), "rope": {**spec.rope, **change}})
+
+
+# ---- Gemma 4 (text) ------------------------------------------------------------------
+
+
+def test_gemma4_is_found_and_reads_its_block() -> None:
+    assert set(families.GEMMA4_PORTS) == {"Gemma4ForCausalLM"}
+    assert not set(families.GEMMA4_PORTS) & (set(PORTS) | set(families.HYBRID_PORTS))
+    for name, kv_from_keys in (("gemma4", ()), ("gemma4-k-eq-v", (1, 3))):
+        hf = build(name)
+        ours = from_hf(hf)
+        spec = ours.spec
+        assert isinstance(spec, families.Gemma4Spec)
+        assert spec.kv_from_keys == kv_from_keys
+        assert spec.scales == (1.0,) * 4 and spec.rms_variant == "torch"
+        assert spec.rope["rope_type"] == "proportional"
+        assert spec.local_rope["rope_type"] == "default"
+        assert spec.layer_types == tuple(hf.config.layer_types)
+        assert spec.final_softcap == 30.0 and spec.embedding_scale == 32**0.5
+        for i, (block, layer) in enumerate(
+            zip(ours.blocks, hf.model.layers, strict=True)
+        ):
+            shared = block.v_proj.source is block.k_proj
+            assert shared == (layer.self_attn.v_proj is None) == (i in kv_from_keys)
+            assert block.layer_scalar.item() == 0.5 + 0.25 * i
+        # HF's proportional frequencies in the full layers: 2 of 8 pairs turn
+        freq = hf.model.rotary_emb.full_attention_inv_freq
+        assert int((freq > 0).sum()) == 2
+        ours_freq = p_rope_frequencies(16, 0.25, base=1000.0)
+        torch.testing.assert_close(ours_freq.float(), freq, rtol=1e-6, atol=0.0)
+
+
+@pytest.mark.parametrize("name", list(GEMMA4))
+def test_gemma4_a_padded_batch_with_eos_matches_up_to_each_rows_eos(name) -> None:
+    ids, mask = left_padded([PROMPT, 7, 3], PROMPT, seed=3)
+    got = generate(from_hf(build(name)), ids, NEW, attention_mask=mask)
+    eos = int(got[0, PROMPT + 5])  # row 0 stops at its 6th new token
+    expected = build(name).generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=NEW,
+        do_sample=False,
+        eos_token_id=eos,
+        pad_token_id=IDS["pad_token_id"],
+    )
+    stopped = 0
+    for row in range(3):
+        new = got[row, PROMPT:].tolist()
+        stop = PROMPT + (new.index(eos) + 1 if eos in new else NEW)
+        stopped += stop < PROMPT + NEW
+        assert torch.equal(expected[row, :stop], got[row, :stop]), row
+        after = expected[row, stop:]  # Hugging Face pads a finished row
+        assert bool((after == IDS["pad_token_id"]).all()), row
+    assert stopped >= 1
+
+
+def _without(model: Decoder, what: str) -> Decoder:
+    other = copy.deepcopy(model)
+    for i, block in enumerate(other.blocks):
+        if what == "value norm":
+            block.v_proj.forward = block.v_proj.source.forward
+        elif what == "layer scalars":
+            block.layer_scalar.fill_(1.0)
+        elif what == "own values" and i in other.spec.kv_from_keys:
+            torch.manual_seed(i)
+            own = torch.nn.Linear(block.k_proj.in_features, block.k_proj.out_features)
+            block.v_proj.source = own.to(block.k_proj.weight.dtype)
+    return other
+
+
+@pytest.mark.parametrize(
+    ("name", "what"),
+    [
+        ("gemma4", "value norm"),
+        ("gemma4", "layer scalars"),
+        ("gemma4-k-eq-v", "own values"),
+    ],
+)
+def test_gemma4_each_difference_moves_the_logits(name: str, what: str) -> None:
+    hf = build(name)
+    ours = from_hf(hf)
+    other = _without(ours, what)
+    ids = tokens(2, LENGTH)
+    ref = hf_logits(hf, ids)
+    with torch.no_grad():
+        assert (ours(ids) - ref).abs().max().item() < TOL
+        assert (other(ids) - ref).abs().max().item() > 1e-2, what
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"hidden_size_per_layer_input": 8}, r"hidden_size_per_layer_input=8"),
+        ({"num_kv_shared_layers": 2}, r"num_kv_shared_layers=2"),
+        ({"global_head_dim": 32}, r"head_dim=32 in layer 1 \(full_attention\)"),
+        (
+            {"attention_k_eq_v": True, "num_global_key_value_heads": 1},
+            r"num_key_value_heads=1 in layer 1 \(full_attention\)",
+        ),
+    ],
+)
+def test_gemma4_refuses_what_it_does_not_copy(change, match) -> None:
+    cls, cfg = _gemma4(**change)
+    torch.manual_seed(0)
+    hf = cls(cfg).eval()
+    with pytest.raises(ValueError, match=match + r".* not supported by companion"):
+        from_hf(hf)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [
+        ((3, 1), ValueError, r"kv_from_keys must be increasing layer indices"),
+        ((4,), ValueError, r"kv_from_keys\[0\] must be an int <= 3, got 4"),
+        ("1", TypeError, r"kv_from_keys must be a tuple or list"),
+    ],
+)
+def test_gemma4_spec_checks_kv_from_keys(value, error, match) -> None:
+    spec = from_hf(build("gemma4")).spec
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    with pytest.raises(error, match=match):
+        families.Gemma4Spec(**{**fields, "kv_from_keys": value})
