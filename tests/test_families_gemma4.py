@@ -16,7 +16,8 @@ move the logits, so the comparison can fail; bad parameters raise naming the key
 Gemma 4's text model (``Gemma4ForCausalLM``, families.GEMMA4_PORTS) on tiny configs
 (4 layers, window 5, proportional RoPE p = 0.25 in the full layers, layer scalars set
 away from 1): the same logits, greedy tokens, left-padded batch and EOS checks, with
-``attention_k_eq_v`` on and off; a copy without the value norm, with its own values
+``attention_k_eq_v`` on and off, and in bfloat16 within twice Hugging Face's own
+bfloat16-float32 distance; a copy without the value norm, with its own values
 in the keys-as-values layers or without the layer scalars moves the logits; what the
 copy does not implement (per-layer inputs, shared KV, experts, a wider global head)
 is refused by name.
@@ -362,3 +363,18 @@ def test_gemma4_spec_checks_kv_from_keys(value, error, match) -> None:
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
     with pytest.raises(error, match=match):
         families.Gemma4Spec(**{**fields, "kv_from_keys": value})
+
+
+@pytest.mark.parametrize("name", list(GEMMA4))
+def test_gemma4_bfloat16_copy_is_as_close_to_hugging_face_as_its_rounding(name) -> None:
+    # as tests/test_decoder.py's: within twice the distance between Hugging Face's
+    # bfloat16 and float32 logits
+    hf = build(name).to(torch.bfloat16)
+    ids = tokens(2, LENGTH)
+    with torch.no_grad():
+        expected = hf(ids).logits.float()
+        got = from_hf(hf)(ids)
+        exact = from_hf(build(name))(ids)
+    assert got.dtype == torch.bfloat16
+    rounding = (expected - exact).abs().max()
+    assert (got.float() - expected).abs().max() <= 2 * rounding, rounding
