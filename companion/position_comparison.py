@@ -204,7 +204,7 @@ def compare_position_schemes(
             the largest gives the results, the others go to
             :attr:`PositionComparison.shorter`.
         config: the model sizes (``position`` is set per scheme); ``None`` for the
-            default above.
+            default above, with ``max_len = eval_length`` (the rows of a learned table).
         training_length: ``L_0``.
         eval_length: the evaluation length, more than ``L_0``.
         lag: the task's lag, less than ``L_0``.
@@ -234,11 +234,13 @@ def compare_position_schemes(
         if seeds is None
         else experiments.distinct_seeds("seeds", seeds)
     )
-    if config is None:
-        config = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
-    _validate.instance("config", config, ModelConfig, "a ModelConfig")
     training_length = _validate.positive_int("training_length", training_length)
     eval_length = _validate.positive_int("eval_length", eval_length)
+    if config is None:  # max_len sizes a learned table only; chapter 7's bench has 64
+        config = ModelConfig(
+            vocab_size=16, dim=32, num_heads=4, num_layers=2, max_len=eval_length
+        )
+    _validate.instance("config", config, ModelConfig, "a ModelConfig")
     if eval_length <= training_length:
         raise ValueError(
             f"eval_length must be more than training_length={training_length}, got "

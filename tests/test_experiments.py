@@ -248,6 +248,73 @@ def test_batched_training_prints_progress_only_when_asked(
     assert "step     3/3: mean loss" in capsys.readouterr().out
 
 
+def test_a_repeated_batched_call_is_answered_from_the_first_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """train_batched remembers its calls in the process: an identical call (same initial
+    weights bit for bit, seeds, steps, rate, task, threads) gets the first call's
+    trained weights and losses without training; a model one part in 1e7 away, another
+    seed or another budget trains."""
+    kwargs = dict(steps=[3, 2], batch_size=4, length=8, lag=1, lr=1e-2)
+    first = [tiny("alibi"), tiny("alibi")]
+    E.train_batched(first, seeds=[5, 6], **kwargs)
+    fresh = [tiny("alibi"), tiny("alibi")]
+    E._DONE.clear()  # the oracle: the same call computed again
+    want = E.train_batched(fresh, seeds=[5, 6], **kwargs)
+
+    def no_training(*args: object, **kw: object) -> None:
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(E, "_adamw_step", no_training)
+    again = [tiny("alibi"), tiny("alibi")]
+    got = E.train_batched(again, seeds=[5, 6], **kwargs)
+    assert [r.losses for r in got] == [r.losses for r in want]
+    assert [r.learning_rates for r in got] == [r.learning_rates for r in want]
+    for a, b, c in zip(again, fresh, first, strict=True):
+        for pa, pb, pc in zip(
+            a.parameters(), b.parameters(), c.parameters(), strict=True
+        ):
+            assert torch.equal(pa, pb) and torch.equal(pa, pc)
+        assert not a.training
+    got[0].losses.append(0.0)  # the caller's copy, not the remembered one
+    again[0].head.weight.data.zero_()
+    assert (
+        E.train_batched([tiny("alibi"), tiny("alibi")], seeds=[5, 6], **kwargs)[
+            0
+        ].losses
+        == want[0].losses
+    )
+    jittered = [E.jitter_(tiny("alibi"), 1e-7, seed=0), tiny("alibi")]
+    for models, seeds, steps in [
+        (jittered, [5, 6], [3, 2]),
+        ([tiny("alibi"), tiny("alibi")], [5, 7], [3, 2]),
+        ([tiny("alibi"), tiny("alibi")], [5, 6], [3, 1]),
+        ([tiny("none"), tiny("none")], [5, 6], [3, 2]),
+    ]:
+        with pytest.raises(AssertionError, match="trained again"):
+            E.train_batched(models, seeds=seeds, **{**kwargs, "steps": steps})
+
+
+def test_chapter_4s_no_position_runs_are_chapter_7s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The two chapters train the no-position and ALiBi models alike (the same bench,
+    seeds, budgets, rate and warm-up): after chapter 7's call, chapter 4's is answered
+    from it (make claims runs both in one process)."""
+    from companion import capstone, position_comparison
+
+    E._DONE.clear()
+    ch7 = capstone.train_capstone_scheme("none", (0, 1), budgets=(2, 3))
+    monkeypatch.setattr(E, "_adamw_step", lambda *a, **k: pytest.fail("trained"))
+    ch4 = position_comparison.compare_position_schemes(
+        ("none",), seeds=(0, 1), steps={"none": (2, 3)}, num_sequences=4
+    )
+    assert ch4.losses["none"].tolist() == ch7[3].losses
+    for a, b in zip(ch4.models["none"], ch7[3].models, strict=True):
+        pairs = zip(a.parameters(), b.parameters(), strict=True)
+        assert all(torch.equal(p, q) for p, q in pairs)
+
+
 # ---- Bad input: every public name ----------------------------------------------------
 
 _TRAIN = dict(steps=1, batch_size=2, length=4, lag=1)
