@@ -858,7 +858,8 @@ class Decoder(nn.Module):
                 masks[kind] = self._mask(B, L, past_length, window, pad, x)
                 if s.positions == "rope":  # (B, L, R/2) each
                     params = s.local_rope if window and s.local_rope else s.rope
-                    ropes[kind] = _rope_table(s, params, positions, seq_len, x.dtype)
+                    rs = block.spec  # its head width (Gemma 4: wider globals)
+                    ropes[kind] = _rope_table(rs, params, positions, seq_len, x.dtype)
             cache = None if past is None else past[i]
             x, layer_cache = block(x, ropes.get(kind), masks[kind], cache)
             present.append(layer_cache)

@@ -22,6 +22,7 @@ an entry builds on; each refuses what the copy does not implement with a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -211,7 +212,9 @@ def base_fields(
         hidden_size=c.hidden_size,
         num_layers=n,
         num_heads=heads,
-        num_kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+        num_kv_heads=fields.get("num_kv_heads")
+        or getattr(c, "num_key_value_heads", None)
+        or heads,
         head_dim=head_dim,
         intermediate_size=getattr(c, "intermediate_size", None),
         positions="rope",
@@ -706,13 +709,42 @@ class Gemma4Spec(DecoderSpec):
         kv_from_keys: the layers whose values are their key projection (Hugging Face's
             ``attention_k_eq_v``: the full layers), taken before the key norm and RoPE,
             so the layer has no ``v_proj``; increasing layer indices.
+        global_head_dim: the head width of the full layers (Hugging Face's
+            ``global_head_dim``, RoPE over all of it); 0: ``head_dim``.
+        global_kv_heads: the key/value heads of the full layers (Hugging Face's
+            ``num_global_key_value_heads``); 0: ``num_kv_heads``.
     """
 
+    def layer_spec(self, layer: int) -> Gemma4Spec:
+        """The spec layer ``layer`` is built from: a full layer's with its own head
+        width and key/value heads (RoPE over the whole head), a sliding layer's as is."""
+        if self.layer_types[layer] != "full_attention":
+            return self
+        d = self.global_head_dim or self.head_dim
+        return dataclasses.replace(
+            self,
+            head_dim=d,
+            rotary_dim=d if self.rotary_dim == self.head_dim else self.rotary_dim,
+            num_kv_heads=self.global_kv_heads or self.num_kv_heads,
+        )
+
     kv_from_keys: tuple[int, ...] = ()
+    global_head_dim: int = 0
+    global_kv_heads: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         v, n = _validate, self.num_layers
+        for key in ("global_head_dim", "global_kv_heads"):
+            object.__setattr__(self, key, v.nonnegative_int(key, getattr(self, key)))
+        if self.global_head_dim % 2:
+            raise ValueError(
+                f"global_head_dim must be even (RoPE's pairs), got {self.global_head_dim}"
+            )
+        if self.global_kv_heads:
+            v.divisor(
+                "global_kv_heads", self.global_kv_heads, "num_heads", self.num_heads
+            )
         items = v.sequence("kv_from_keys", self.kv_from_keys, what="layer indices")
         layers = tuple(
             v.integer(f"kv_from_keys[{j}]", i, minimum=0, maximum=n - 1)
@@ -750,11 +782,14 @@ class Gemma4Block(DecoderBlock):
     """Gemma 3's block (:class:`~companion.decoder.DecoderBlock`, sandwich norms,
     QK-norm per head) with Gemma 4's values (:class:`HeadNormedValues`; in the layers of
     ``kv_from_keys`` the key projection's output) and its output times the layer's
-    scalar (Hugging Face's ``layer_scalar`` buffer, copied)."""
+    scalar (Hugging Face's ``layer_scalar`` buffer, copied); built from its layer's
+    spec (:meth:`Gemma4Spec.layer_spec`: a full layer's head width and key/value
+    heads), whose ``rotary_dim`` the decoder's RoPE table of that layer type reads."""
 
     def __init__(self, spec: DecoderSpec, layer: int) -> None:
-        super().__init__(spec, layer)
         _validate.instance("spec", spec, Gemma4Spec, "a Gemma4Spec")
+        super().__init__(spec.layer_spec(layer), layer)  # type: ignore[attr-defined]
+        spec = self.spec  # the layer's
         own = None if layer in spec.kv_from_keys else self.v_proj
         del self.v_proj
         self.v_proj = HeadNormedValues(own or self.k_proj, spec.head_dim, spec.eps)
@@ -770,9 +805,10 @@ def spec_gemma4(model: nn.Module) -> dict[str, Any]:
     embeddings, a RoPE set per layer type: proportional, i.e. p-RoPE, in the full
     layers of the published configs) with the gain-only RMSNorm (``"torch"``), score
     scale 1, values normed per head and ``kv_from_keys`` from ``attention_k_eq_v``.
-    Refused by name: per-layer inputs, layers sharing another's keys and values, a
-    mixture of experts, full layers whose head width or key/value heads differ from
-    the sliding layers', bidirectional attention."""
+    The full layers' head width and key/value heads are read per layer
+    (``global_head_dim``, ``num_global_key_value_heads``). Refused by name: per-layer
+    inputs, layers sharing another's keys and values, a mixture of experts,
+    bidirectional attention."""
     c = model.config
     refuse = {
         "hidden_size_per_layer_input": getattr(c, "hidden_size_per_layer_input", 0),
@@ -783,15 +819,15 @@ def spec_gemma4(model: nn.Module) -> dict[str, Any]:
     for key, value in refuse.items():
         if value:
             raise unsupported(f"{key}={value!r} in a Gemma 4 model")
-    for key in ("head_dim", "num_key_value_heads"):  # global_head_dim, ...
-        first = getattr(c.per_layer_config[0], key)  # read per layer: HF refuses
-        for i, kind in enumerate(c.layer_types):  # the global one where they differ
-            theirs = getattr(c.per_layer_config[i], key)
-            if theirs != first:
-                raise unsupported(
-                    f"{key}={theirs} in layer {i} ({kind}) of a Gemma 4 model whose "
-                    f"layer 0 ({c.layer_types[0]}) has {first}"
-                )
+    per_layer = {  # read per layer: Hugging Face refuses the global value if they differ
+        kind: (
+            c.per_layer_config[i].head_dim,
+            c.per_layer_config[i].num_key_value_heads,
+        )
+        for i, kind in reversed(list(enumerate(c.layer_types)))
+    }
+    local_dims = per_layer.get("sliding_attention", per_layer["full_attention"])
+    global_dims = per_layer.get("full_attention", local_dims)
     rope = getattr(c, "rope_parameters", None) or {}
     full, local = rope.get("full_attention"), rope.get("sliding_attention")
     fields = base_fields(
@@ -807,7 +843,10 @@ def spec_gemma4(model: nn.Module) -> dict[str, Any]:
         final_softcap=float(getattr(c, "final_logit_softcapping", None) or 0.0),
         rope_params=full,
         nested=True,
+        head_dim=local_dims[0],
+        num_kv_heads=local_dims[1],
     )
+    fields["global_head_dim"], fields["global_kv_heads"] = global_dims
     if local:
         fields["local_rope"] = rope_parameters(c, fields["rotary_dim"], local, True)
     full_layers = tuple(

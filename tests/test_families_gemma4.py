@@ -19,8 +19,10 @@ away from 1): the same logits, greedy tokens, left-padded batch and EOS checks, 
 ``attention_k_eq_v`` on and off, and in bfloat16 within twice Hugging Face's own
 bfloat16-float32 distance; a copy without the value norm, with its own values
 in the keys-as-values layers or without the layer scalars moves the logits; what the
-copy does not implement (per-layer inputs, shared KV, experts, a wider global head)
-is refused by name.
+copy does not implement (per-layer inputs, shared KV, experts) is refused by name. The
+full layers may be wider, with fewer key/value heads (``global_head_dim``,
+``num_global_key_value_heads``, as the published configs): each block is built from its
+layer's spec and the RoPE table of each layer type from its head width.
 """
 
 from __future__ import annotations
@@ -106,6 +108,9 @@ def _gemma4(**kw) -> tuple:
 GEMMA4 = {
     "gemma4": _gemma4(),
     "gemma4-k-eq-v": _gemma4(attention_k_eq_v=True),
+    "gemma4-wide-global": _gemma4(  # the published shape: wider full layers, 1 KV head
+        global_head_dim=32, attention_k_eq_v=True, num_global_key_value_heads=1
+    ),
 }
 CONFIGS.update(GEMMA4)
 
@@ -249,7 +254,11 @@ def test_bad_proportional_parameters_are_refused_by_name(change, match) -> None:
 def test_gemma4_is_found_and_reads_its_block() -> None:
     assert set(families.GEMMA4_PORTS) == {"Gemma4ForCausalLM"}
     assert not set(families.GEMMA4_PORTS) & (set(PORTS) | set(families.HYBRID_PORTS))
-    for name, kv_from_keys in (("gemma4", ()), ("gemma4-k-eq-v", (1, 3))):
+    for name, kv_from_keys in (
+        ("gemma4", ()),
+        ("gemma4-k-eq-v", (1, 3)),
+        ("gemma4-wide-global", (1, 3)),
+    ):
         hf = build(name)
         ours = from_hf(hf)
         spec = ours.spec
@@ -266,10 +275,11 @@ def test_gemma4_is_found_and_reads_its_block() -> None:
             shared = block.v_proj.source is block.k_proj
             assert shared == (layer.self_attn.v_proj is None) == (i in kv_from_keys)
             assert block.layer_scalar.item() == 0.5 + 0.25 * i
-        # HF's proportional frequencies in the full layers: 2 of 8 pairs turn
+        # HF's proportional frequencies in the full layers: p = 0.25 of the pairs
         freq = hf.model.rotary_emb.full_attention_inv_freq
-        assert int((freq > 0).sum()) == 2
-        ours_freq = p_rope_frequencies(16, 0.25, base=1000.0)
+        d = 2 * freq.numel()
+        assert int((freq > 0).sum()) == d // 8
+        ours_freq = p_rope_frequencies(d, 0.25, base=1000.0)
         torch.testing.assert_close(ours_freq.float(), freq, rtol=1e-6, atol=0.0)
 
 
@@ -335,10 +345,14 @@ def test_gemma4_each_difference_moves_the_logits(name: str, what: str) -> None:
     [
         ({"hidden_size_per_layer_input": 8}, r"hidden_size_per_layer_input=8"),
         ({"num_kv_shared_layers": 2}, r"num_kv_shared_layers=2"),
-        ({"global_head_dim": 32}, r"head_dim=32 in layer 1 \(full_attention\)"),
         (
-            {"attention_k_eq_v": True, "num_global_key_value_heads": 1},
-            r"num_key_value_heads=1 in layer 1 \(full_attention\)",
+            {
+                "enable_moe_block": True,
+                "num_experts": 2,
+                "top_k_experts": 1,
+                "moe_intermediate_size": 8,
+            },
+            r"enable_moe_block=True",
         ),
     ],
 )
@@ -363,6 +377,43 @@ def test_gemma4_spec_checks_kv_from_keys(value, error, match) -> None:
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
     with pytest.raises(error, match=match):
         families.Gemma4Spec(**{**fields, "kv_from_keys": value})
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"global_head_dim": 33}, ValueError, r"global_head_dim must be even .*got 33"),
+        ({"global_head_dim": -2}, ValueError, r"global_head_dim must be"),
+        ({"global_kv_heads": 3}, ValueError, r"global_kv_heads"),
+        ({"global_kv_heads": 1.5}, TypeError, r"global_kv_heads"),
+    ],
+)
+def test_gemma4_spec_checks_the_global_sizes(change, error, match) -> None:
+    spec = from_hf(build("gemma4")).spec
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    with pytest.raises(error, match=match):
+        families.Gemma4Spec(**{**fields, **change})
+
+
+def test_gemma4_full_layers_have_their_own_head_width() -> None:
+    hf = build("gemma4-wide-global")
+    ours = from_hf(hf)
+    spec = ours.spec
+    assert (spec.head_dim, spec.num_kv_heads) == (16, 2)
+    assert (spec.global_head_dim, spec.global_kv_heads) == (32, 1)
+    for i, block in enumerate(ours.blocks):
+        full = hf.config.layer_types[i] == "full_attention"
+        assert block.spec.head_dim == (32 if full else 16) == block.spec.rotary_dim
+        assert block.spec.num_kv_heads == (1 if full else 2)
+        assert (
+            block.q_proj.weight.shape
+            == hf.model.layers[i].self_attn.q_proj.weight.shape
+        )
+    # HF's full-layer RoPE: p = 0.25 of 16 pairs over D = 32 turn (4), ours the same
+    freq = hf.model.rotary_emb.full_attention_inv_freq
+    ours_freq = p_rope_frequencies(32, 0.25, base=1000.0)
+    assert int((freq > 0).sum()) == int((ours_freq > 0).sum()) == 4
+    torch.testing.assert_close(ours_freq.float(), freq, rtol=1e-6, atol=0.0)
 
 
 @pytest.mark.parametrize("name", list(GEMMA4))
