@@ -125,15 +125,16 @@ def test_nope_signal_shrinks() -> None:
     assert round(float(ratio), 1) == 14.8
 
 
-def test_from_hf_copies_longrope_but_not_every_rope_type() -> None:
+def test_from_hf_copies_longrope_and_every_rope_type() -> None:
     """The LongRoPE section: from_hf copies longrope (every family with RoPE) and
-    every RoPE type of transformers' ROPE_INIT_FUNCTIONS but 'proportional'."""
+    every RoPE type of transformers' ROPE_INIT_FUNCTIONS, 'proportional' (Gemma 4's
+    p-RoPE) included."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     from companion.decoder import ROPE_TYPES
 
-    assert "longrope" in ROPE_TYPES
-    assert sorted(set(ROPE_INIT_FUNCTIONS) - set(ROPE_TYPES)) == ["proportional"]
+    assert "longrope" in ROPE_TYPES and "proportional" in ROPE_TYPES
+    assert sorted(set(ROPE_INIT_FUNCTIONS) - set(ROPE_TYPES)) == []
 
 
 def _bench_offset(d: int) -> float:
