@@ -164,13 +164,13 @@ def t5_relative_position_bucket(
     ``num_buckets // 2``; without it (the decoder) keys in the future all share bucket 0
     with the query itself. Within a direction of :math:`n` buckets and distance
     :math:`r = |j - i|` (or :math:`\max(i - j, 0)`), with :math:`e = \lfloor n/2
-    \rfloor` exact buckets:
+    \rfloor` exact buckets, the bucket is :math:`r` itself for :math:`r < e`, and for
+    :math:`r \ge e`, with :math:`M` = ``max_distance``,
 
     .. math::
 
-        \text{bucket}(r) = \begin{cases} r & r < e, \\
-        \min\!\Big(n - 1,\; e + \Big\lfloor \dfrac{\ln(r/e)}{\ln(\text{max\_distance}/e)}
-        \,(n - e) \Big\rfloor\Big) & r \ge e, \end{cases}
+        \text{bucket}(r) &= \min\!\big(n - 1,\; e + \lfloor s(r)\,(n - e) \rfloor\big), \\
+        s(r) &= \frac{\ln(r/e)}{\ln(M/e)},
 
     so every distance from ``max_distance`` on shares the last bucket. The logarithm is
     computed in float32 exactly as Hugging Face's ``T5Attention._relative_position_bucket``
