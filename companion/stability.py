@@ -86,7 +86,7 @@ STABILITY_RUNS: dict[str, tuple[str, float]] = {
 """Chapter 9's stability runs — label -> (attention of
 :class:`~companion.modern.ModernTinyTransformer`, AdamW learning rate)."""
 
-STABILITY_STEPS = 200
+STABILITY_STEPS = 150
 """Chapter 9's stability runs — optimization steps of every run."""
 
 STABILITY_CAP = 5.0

@@ -311,11 +311,17 @@ def test_capstone_bad_input_raises_a_named_error(
 def test_chapter_settings_are_the_ones_their_prose_states() -> None:
     """The chapter and its claims test read these constants (one home, so the test and
     the chapter cannot drift); the prose states their values: budgets of 500 and 1,000
-    steps at a peak rate of 1e-2 after 50 warm-up steps; the warm-up experiment's six
-    seeds, 150 steps at 3e-2; the third exercise's 100 steps for the learned table and
+    steps for no positions and ALiBi, 250 and 500 for the sinusoidal encoding and RoPE,
+    at a peak rate of 1e-2 after 50 warm-up steps; the warm-up experiment's six
+    seeds, 100 steps at 3e-2; the third exercise's 100 steps for the learned table and
     600 for RoPE."""
-    assert C.CAPSTONE_SEEDS == 3 and C.CAPSTONE_BUDGETS == (500, 1000)
+    assert C.CAPSTONE_SEEDS == 3 and C.CAPSTONE_BUDGETS == {
+        "none": (500, 1000),
+        "sinusoidal": (250, 500),
+        "rope": (250, 500),
+        "alibi": (500, 1000),
+    }
     assert (C.CAPSTONE_LR, C.CAPSTONE_WARMUP_STEPS) == (1e-2, 50)
-    assert (C.WARMUP_RUN_SEEDS, C.WARMUP_RUN_STEPS, C.WARMUP_RUN_LR) == (6, 150, 3e-2)
+    assert (C.WARMUP_RUN_SEEDS, C.WARMUP_RUN_STEPS, C.WARMUP_RUN_LR) == (6, 100, 3e-2)
     assert C.ABSOLUTE_STEPS == {"learned": 100, "rope": 600}
     assert C.WARMUP_CONFIGS["post-LN + warm-up"] == ("post", 30)

@@ -107,7 +107,7 @@ def test_stability_runs_take_the_exported_settings() -> None:
     import inspect
 
     defaults = inspect.signature(S.stability_runs).parameters
-    assert defaults["steps"].default == S.STABILITY_STEPS == 200
+    assert defaults["steps"].default == S.STABILITY_STEPS == 150
     assert defaults["cap"].default == S.STABILITY_CAP == 5.0
 
 
