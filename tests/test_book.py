@@ -105,22 +105,32 @@ def test_first_code_cell_imports_companion_and_seeds(nb_path: Path) -> None:
     )
 
 
-def web_enumerator(nb_path: Path) -> str:
-    """How the web book numbers the chapter's exercises: "9.%s" (Exercise 9.1), "A.%s"
-    for the appendix (_toc.yml's parts captioned "Appendix ..."), "%s" for the environment
-    chapter, which the web leaves unnumbered."""
+def web_number(name: str) -> str:
+    """The chapter's number as the web book prints it before an exercise's ("9." in
+    Exercise 9.1), from _toc.yml as the web numbers: the chapters of the numbered parts
+    count on across parts in reading order, those of a part captioned "Appendix ..." take
+    letters ("A."), a chapter outside the numbered parts is unnumbered (""). ``name``: a
+    file name or path, e.g. "09_modern_decoders.ipynb" or "book/09_modern_decoders"."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    appendix = [
-        chapter["file"]
-        for part in toc["parts"]
-        if str(part.get("caption", "")).lower().startswith("appendix")
-        for chapter in part["chapters"]
-    ]
-    name = f"book/{nb_path.stem}"
-    if name in appendix:
-        return f"{'ABCDEFGH'[appendix.index(name)]}.%s"
-    number = int(nb_path.name[:2])
-    return f"{number}.%s" if number else "%s"
+    numbers: dict[str, str] = {}
+    count = letters = 0
+    for part in toc.get("parts", []):
+        appendix = str(part.get("caption", "")).lower().startswith("appendix")
+        for chapter in part.get("chapters", []):
+            if not part.get("numbered"):
+                continue
+            if appendix:
+                numbers[chapter["file"]] = f"{'ABCDEFGHIJ'[letters]}."
+                letters += 1
+            else:
+                count += 1
+                numbers[chapter["file"]] = f"{count}."
+    return numbers.get(f"book/{Path(name).stem}", "")
+
+
+def web_enumerator(nb_path: Path) -> str:
+    """The front matter's enumerator for the chapter's exercises: "9.%s", "A.%s", "%s"."""
+    return f"{web_number(nb_path.name)}%s"
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=NB_IDS)
@@ -133,6 +143,12 @@ def test_chapter_opens_with_label_and_title(nb_path: Path) -> None:
     front = re.match(r"---\n(.*?\n)---\n", first, re.S)
     assert front, (
         f"{nb_path.name}: the first cell must open with JupyterLab's front matter"
+    )
+    # a blank line before the closing `---`: without it CommonMark reads the block as a
+    # setext heading (an <h2> "numbering: ..." in VS Code, GitHub, nbconvert) and
+    # JupyterLab's Table of Contents lists it above the chapter's title (review R4, F1)
+    assert front.group(1).endswith("\n\n"), (
+        f"{nb_path.name}: the front matter needs a blank line before its closing `---`"
     )
     assert yaml.safe_load(front.group(1)) == {
         "numbering": {"enumerator": web_enumerator(nb_path), "equation": False}

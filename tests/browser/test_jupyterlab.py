@@ -59,6 +59,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_book import web_number  # the web's chapter numbers, from _toc.yml
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "book"
@@ -265,29 +266,9 @@ def _exercise_titles(chapter: str) -> list[str]:
     return titles
 
 
-def _web_number(chapter: str) -> str:
-    """The chapter's number as the web book prints it before an exercise's: "9." for
-    the modern decoders, "A." for the appendix (_toc.yml's parts captioned "Appendix"),
-    nothing for the environment chapter."""
-    import yaml
-
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    appendix = [
-        entry["file"]
-        for part in toc["parts"]
-        if str(part.get("caption", "")).lower().startswith("appendix")
-        for entry in part["chapters"]
-    ]
-    name = f"book/{Path(chapter).stem}"
-    if name in appendix:
-        return "ABCDEFGH"[appendix.index(name)] + "."
-    number = int(chapter[:2])
-    return f"{number}." if number else ""
-
-
 def _numbered_exercise_titles(chapter: str) -> list[str]:
     """Each exercise's title as the web book shows it: "Exercise 9.1 (Receptive field)"."""
-    prefix = _web_number(chapter)
+    prefix = web_number(chapter)
     return [
         f"Exercise {prefix}{k}" + (f" ({title})" if title else "")
         for k, title in enumerate(_exercise_titles(chapter), 1)
@@ -511,9 +492,38 @@ def test_chapter_in_jupyterlab(page, lab, chapter) -> None:
     if status:
         diff = _git(book, "diff", "--", chapter)
         problems.append(f"saving it changed the file:\n{diff[:1500]}")
+    problems += _toc_starts_with_the_title(page, chapter)
     if chapter.startswith("02_"):
         problems += _a_solution_opens_on_click(page, chapter)
     assert not problems, f"{chapter} in JupyterLab:\n" + "\n".join(problems[:15])
+
+
+TOC_ENTRIES = (
+    "const items = [...document.querySelectorAll('.jp-TableOfContents-content "
+    ".jp-tocItem-content, .jp-TableOfContents-tree .jp-tocItem-content')];"
+    "return items.map(e => e.textContent.trim()).filter(t => t);"
+)
+
+
+def _toc_starts_with_the_title(page: object, chapter: str) -> list[str]:
+    """JupyterLab's Table of Contents panel (its own Markdown parser, not jupyterlab-myst)
+    lists the chapter's title first: the front matter must not read as a heading there
+    (review R4, F1: without a blank line before its closing `---`, the first entry was
+    "numbering: enumerator: ...")."""
+    title = re.search(r"^# (.+)$", _source(_notebook(chapter)["cells"][0]), re.M)
+    page.locator('.lm-TabBar-tab[data-id="table-of-contents"]').first.click()
+    entries: list[str] = []
+    for _ in range(30):
+        entries = page.evaluate(f"() => {{ {TOC_ENTRIES} }}")
+        if entries:
+            break
+        page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / f"{Path(chapter).stem}-toc.png"))
+    if not entries:
+        return ["the Table of Contents panel lists nothing"]
+    if entries[0] != title.group(1).strip():
+        return [f"the Table of Contents opens with {entries[0][:80]!r}, not the title"]
+    return []
 
 
 def _a_solution_opens_on_click(page: object, chapter: str) -> list[str]:
@@ -539,7 +549,7 @@ def _a_solution_opens_on_click(page: object, chapter: str) -> list[str]:
     if after >= before:
         return ["clicking a solution's placeholder opened nothing"]
     problems = []
-    heading = f"Start of Solution to Exercise {_web_number(chapter)}1"
+    heading = f"Start of Solution to Exercise {web_number(chapter)}1"
     shown = " ".join(marker.inner_text().split())  # the link sits on a line of its own
     if heading not in shown:
         problems.append(f"the open marker reads {shown[:80]!r}, not {heading!r}")
