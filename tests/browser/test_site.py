@@ -302,6 +302,42 @@ def test_the_book_has_solution_dropdowns() -> None:
     assert len(SOLUTION_PAGES) >= 8, f"solutions on {_page_ids(SOLUTION_PAGES)} only"
 
 
+DIV_CLASSES = re.compile(r"<div\b[^>]*?\bclass=\"([^\"]*)\"")
+SINGLE_HTML = HTML.parent / "singlehtml"  # the PDF's input, where the build made one
+
+
+def test_every_solution_folds_and_no_front_matter_shows() -> None:
+    """What book/_ext/book_html.py does at build time, read from the built files: on every
+    page each solution (div.solution) is folded (its dropdown class), 40 or more in the
+    book, so a page whose solutions all lost the fold cannot drop out of the click test
+    unnoticed; and JupyterLab's front matter of the chapters (``numbering: enumerator:
+    ...``) is in no page, in no page of the single-page build and not in the search
+    index."""
+    if not PAGES:
+        _skip_or_fail("no built book in _build/html: run `make book` first")
+    problems, total = [], 0
+    for page in PAGES:
+        classes = [c.split() for c in DIV_CLASSES.findall(page.read_text("utf-8"))]
+        solutions = [c for c in classes if "solution" in c]
+        unfolded = [c for c in solutions if "dropdown" not in c]
+        total += len(solutions)
+        if unfolded:
+            problems.append(
+                f"{page.relative_to(HTML)}: {len(unfolded)} of {len(solutions)} "
+                "solutions not folded"
+            )
+    texts = [*PAGES, HTML / "searchindex.js", *sorted(SINGLE_HTML.rglob("*.html"))]
+    for path in texts:
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+            continue
+        text = path.read_text(encoding="utf-8")
+        if "enumerator:" in text or re.search(r"<h2\b[^>]*>\s*numbering", text):
+            problems.append(f"{path.relative_to(HTML.parent)}: shows the front matter")
+    assert total >= 40, f"{total} solutions in the book, fewer than 40"
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("page_path", SOLUTION_PAGES, ids=_page_ids(SOLUTION_PAGES))
 def test_solution_dropdowns_open_on_click(
     server: str, browser: object, page_path: Path
@@ -1188,7 +1224,7 @@ DIAGRAM_CASES = [
     if PAGES
 ]
 
-DIAGRAM_BOXES = """(ids) => {
+DIAGRAM_BOXES = r"""(ids) => {
     const width = document.documentElement.clientWidth;
     return ids.map((id) => {
         const figure = document.getElementById(id);
@@ -1210,7 +1246,11 @@ DIAGRAM_BOXES = """(ids) => {
         if (!(box.width > 0 && box.height > 0) || hidden) problems.push('not displayed');
         if (box.left < -1 || box.right > width + 1)
             problems.push(`${Math.round(box.left)}-${Math.round(box.right)} px on a ${width} px screen`);
+        const src = img.getAttribute('src') || '';
+        // docutils writes the image's path as its alt when a figure has none
         if (!alt) problems.push('no alt text');
+        else if (alt.includes('_images/') || /\.(svg|png)$/i.test(alt) || alt === src)
+            problems.push(`alt text is the file's path (${alt.slice(0, 60)})`);
         return {id, problem: problems.join(', '), width: box.width};
     });
 }"""
