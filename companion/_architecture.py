@@ -287,15 +287,7 @@ def _check_spec(spec: DecoderSpec) -> None:
 def _check_hybrid(spec: DecoderSpec, put) -> None:
     """The fields of the RoPE/NoPE hybrids and of Cohere's block."""
     v, n = _validate, spec.num_layers
-    nope = v.sequence("nope_layers", spec.nope_layers, what="layer indices")
-    nope = tuple(
-        v.integer(f"nope_layers[{j}]", i, minimum=0, maximum=n - 1)
-        for j, i in enumerate(nope)
-    )
-    if nope != tuple(sorted(set(nope))):
-        raise ValueError(
-            f"nope_layers must be increasing layer indices (each once), got {nope}"
-        )
+    nope = v.layer_indices("nope_layers", spec.nope_layers, n)
     if nope and spec.positions != "rope":
         raise ValueError(
             f"nope_layers must be empty with positions {spec.positions!r} (only RoPE "

@@ -510,6 +510,20 @@ def sequence(
     return tuple(value)
 
 
+def layer_indices(name: str, value: object, num_layers: int) -> tuple[int, ...]:
+    """Layer indices in ``[0, num_layers)``, increasing, each once (a tuple or list)."""
+    items = sequence(name, value, what="layer indices")
+    layers = tuple(
+        integer(f"{name}[{j}]", i, minimum=0, maximum=num_layers - 1)
+        for j, i in enumerate(items)
+    )
+    if layers != tuple(sorted(set(layers))):
+        raise ValueError(
+            f"{name} must be increasing layer indices (each once), got {layers}"
+        )
+    return layers
+
+
 def divisor(name: str, value: object, of_name: str, of: int) -> int:
     """A positive int that divides ``of`` (the value of ``of_name``)."""
     value = positive_int(name, value)

@@ -745,16 +745,7 @@ class Gemma4Spec(DecoderSpec):
             v.divisor(
                 "global_kv_heads", self.global_kv_heads, "num_heads", self.num_heads
             )
-        items = v.sequence("kv_from_keys", self.kv_from_keys, what="layer indices")
-        layers = tuple(
-            v.integer(f"kv_from_keys[{j}]", i, minimum=0, maximum=n - 1)
-            for j, i in enumerate(items)
-        )
-        if layers != tuple(sorted(set(layers))):
-            raise ValueError(
-                "kv_from_keys must be increasing layer indices (each once), got "
-                f"{layers}"
-            )
+        layers = v.layer_indices("kv_from_keys", self.kv_from_keys, n)
         object.__setattr__(self, "kv_from_keys", layers)
 
 
