@@ -185,10 +185,12 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
             ``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
             ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``,
             ``Phi3ForCausalLM``), of ``companion.families.HYBRID_PORTS``
-            (``SmolLM3ForCausalLM``, ``Cohere2ForCausalLM``) or of
+            (``SmolLM3ForCausalLM``, ``Cohere2ForCausalLM``), of
+            ``companion.families.GEMMA4_PORTS`` (``Gemma4ForCausalLM``) or of
             ``companion.mla.PORTS``, or any model ``port`` reads.
         port: ``None`` (look ``model``'s class up in :data:`PORTS`, then in
-            ``companion.families.HYBRID_PORTS`` and ``companion.mla.PORTS``) or a :class:`Port` for another family.
+            ``companion.families.HYBRID_PORTS``, ``companion.families.GEMMA4_PORTS``
+            and ``companion.mla.PORTS``) or a :class:`Port` for another family.
 
     Returns:
         The copy; ``copy(input_ids)`` gives logits ``(B, L, vocab)`` equal to

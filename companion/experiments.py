@@ -481,7 +481,8 @@ def train_batched(
     progress = _validate.flag("progress", progress)
 
     key = None
-    if targets is None and not progress:  # a task given as a function: always trained
+    # a task given as a function, a hook or a frozen parameter: always trained
+    if targets is None and not progress and _replayable(models):
         key = _run_key(models, seeds, step_counts, warmups, lr, schedule,
                        (batch_size, length, lag))  # fmt: skip
         if key in _DONE:
@@ -563,6 +564,27 @@ def train_batched(
 _KEEP = 16
 _DONE: OrderedDict[str, tuple[list[dict[str, torch.Tensor]], list[TrainingRun]]]
 _DONE = OrderedDict()
+
+
+def _replayable(models: Sequence[nn.Module]) -> bool:
+    """Whether a call's result is a function of what :func:`_run_key` sees: no module
+    hook (global or on a submodule) and no frozen parameter."""
+    from torch.nn.modules import module as _module  # torch's global hook tables
+
+    if any(
+        getattr(_module, name, None)
+        for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
+                     "_global_backward_hooks", "_global_backward_pre_hooks")
+    ):  # fmt: skip
+        return False
+    for m in models:
+        if not all(p.requires_grad for p in m.parameters()):
+            return False
+        for sub in m.modules():
+            if (sub._forward_hooks or sub._forward_pre_hooks or sub._backward_hooks
+                    or sub._backward_pre_hooks):  # fmt: skip
+                return False
+    return True
 
 
 def _run_key(

@@ -295,6 +295,39 @@ def test_a_repeated_batched_call_is_answered_from_the_first_bit_for_bit(
             E.train_batched(models, seeds=seeds, **{**kwargs, "steps": steps})
 
 
+def test_a_hooked_or_frozen_model_is_always_trained(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forward hook, a global hook or a frozen parameter is state the remembered call's
+    key does not see: such a call trains (review R5: a hooked model got the unhooked
+    call's answer)."""
+    kwargs = dict(seeds=[5], steps=2, batch_size=4, length=8, lag=1, lr=1e-2)
+    E.train_batched([tiny("alibi")], **kwargs)
+    monkeypatch.setattr(E, "_adamw_step", lambda *a, **k: pytest.fail("trained"))
+    E.train_batched([tiny("alibi")], **kwargs)  # answered: the identical call
+    monkeypatch.undo()
+
+    def no_training(*args: object, **kw: object) -> None:
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(E, "_adamw_step", no_training)
+    hooked = tiny("alibi")
+    hooked.head.register_forward_hook(lambda mod, inp, out: out * 2)
+    pre = tiny("alibi")
+    pre.register_forward_pre_hook(lambda mod, inp: None)
+    frozen = tiny("alibi")
+    frozen.head.weight.requires_grad_(False)
+    for model in (hooked, pre, frozen):
+        with pytest.raises((AssertionError, RuntimeError, ValueError)):
+            E.train_batched([model], **kwargs)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None)
+    try:
+        with pytest.raises(AssertionError, match="trained again"):
+            E.train_batched([tiny("alibi")], **kwargs)
+    finally:
+        handle.remove()
+
+
 def test_chapter_4s_no_position_runs_are_chapter_7s(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
