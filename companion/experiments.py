@@ -417,8 +417,8 @@ def train_batched(
     schedule, task, device and thread count; ``targets=None`` and ``progress=False``)
     is answered with that call's trained weights and losses, copied, without training:
     within a process training is deterministic, so they are what training again would
-    give. Chapter 4's no-position and ALiBi runs are chapter 7's, and ``make claims``
-    runs both chapters' claims in one process per variant. The last 16 calls are kept.
+    give. The position family's no-position and ALiBi runs are the capstone's, and
+    ``make claims`` runs both chapters' claims in one process per variant. The last 16 calls are kept.
 
     Args:
         models: :class:`~companion.model.TinyTransformer` s with equal configs, on one device, each built
@@ -559,8 +559,8 @@ def train_batched(
 # seeds, steps, warm-ups, rate, schedule and task, on the same device and thread count) is
 # answered with that call's result instead of training again. Training is deterministic
 # within a process, so the answer is the one training again would give, bit for bit;
-# chapter 4's no-position and ALiBi runs are chapter 7's, and `make claims` runs both
-# chapters' claims in one process per variant. At most _KEEP calls are kept.
+# the position family's no-position and ALiBi runs are the capstone's, and `make claims`
+# runs both chapters' claims in one process per variant. At most _KEEP calls are kept.
 _KEEP = 16
 _DONE: OrderedDict[str, tuple[list[dict[str, torch.Tensor]], list[TrainingRun]]]
 _DONE = OrderedDict()

@@ -236,7 +236,7 @@ def compare_position_schemes(
     )
     training_length = _validate.positive_int("training_length", training_length)
     eval_length = _validate.positive_int("eval_length", eval_length)
-    if config is None:  # max_len sizes a learned table only; chapter 7's bench has 64
+    if config is None:  # max_len sizes a learned table only (the capstone's bench: 64)
         config = ModelConfig(
             vocab_size=16, dim=32, num_heads=4, num_layers=2, max_len=eval_length
         )

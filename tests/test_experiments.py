@@ -332,8 +332,8 @@ def test_chapter_4s_no_position_runs_are_chapter_7s(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The two chapters train the no-position and ALiBi models alike (the same bench,
-    seeds, budgets, rate and warm-up): after chapter 7's call, chapter 4's is answered
-    from it (make claims runs both in one process)."""
+    seeds, budgets, rate and warm-up): after the capstone's call, the position family's
+    is answered from it (make claims runs both in one process)."""
     from companion import capstone, position_comparison
 
     E._DONE.clear()
