@@ -916,7 +916,7 @@ GEMMA4_PORTS: dict[str, Port] = {
         spec=spec_gemma4, load=load_gemma4, block=Gemma4Block, spec_type=Gemma4Spec
     ),
 }
-"""Gemma 4's text model (issue 34): :func:`~companion.decoder.from_hf` looks here after
-:data:`HYBRID_PORTS`. Its own block (:class:`Gemma4Block`: values normed per head,
+"""The registry of Gemma 4's text model, where :func:`~companion.decoder.from_hf` looks
+after :data:`HYBRID_PORTS`. Its own block (``Gemma4Block``, values normed per head,
 keys as values in the full layers where ``attention_k_eq_v``, a scalar per layer) and
-spec (:class:`Gemma4Spec`); what it refuses: :func:`spec_gemma4`."""
+spec (``Gemma4Spec``); what it refuses is listed in ``spec_gemma4``."""
