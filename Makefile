@@ -2,7 +2,7 @@
 #   make book   create .venv from requirements.txt, execute every chapter, build the HTML book
 #   make test   the same set-up, then every check (lint, notebooks stripped, unit tests,
 #               notebooks under nbmake, the book with warnings as errors, the whole-book PDF
-#               then the browser check, both beside the trained claims under two variants)
+#               beside the trained claims under two variants, the browser check)
 # and two more:
 #   make bench  run every benchmark in benchmarks/ (never part of the tests)
 #   make claims rerun every trained claim under the variants that stand for other processors
@@ -163,11 +163,7 @@ browser: venv
 pdf-check: pdf
 	$(BIN)/pytest tests/browser/test_pdf.py -q --browser --durations=5
 
-# The PDF (Paged.js, then pypdf: one core), then the browser check (it reads the HTML the PDF
-# stage rewrites), run beside the trained claims (scripts/stages.py: `+` = next in the lane,
-# `&` = a lane beside). In the CI run before this layout the PDF ended 575 s before the claims,
-# whose two variants ended 230 s apart (one core idle), and the browser check then ran alone
-# for 1114 s, its JupyterLab half using about half a core (it waits on the page and the server).
+# The PDF (Paged.js, then pypdf: one core) runs beside the trained claims (scripts/stages.py).
 test: venv
 	@$(PY) scripts/stages.py \
 		"lint=$(MAKE) --no-print-directory lint" \
@@ -176,8 +172,8 @@ test: venv
 		"notebooks (nbmake)=$(MAKE) --no-print-directory notebooks" \
 		"book (-n -W)=$(MAKE) --no-print-directory book-strict" \
 		"pdf=$(MAKE) --no-print-directory pdf-check" \
-		"+browser=$(MAKE) --no-print-directory browser" \
-		"&trained claims (jitter, ATen default)=$(MAKE) --no-print-directory claims-ci"
+		"&trained claims (jitter, ATen default)=$(MAKE) --no-print-directory claims-ci" \
+		"browser=$(MAKE) --no-print-directory browser"
 
 # --- measurements ---------------------------------------------------------------------------
 bench: venv
