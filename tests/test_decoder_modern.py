@@ -784,3 +784,31 @@ def test_a_port_copies_stablelm_with_padding_and_generation() -> None:
     assert torch.equal(
         generate(ours, ids, NEW, attention_mask=mask), hf_generate(hf, ids, mask)
     )
+
+
+def assert_padded_batch_with_eos_matches(build, name: str) -> None:
+    """A left-padded batch of three prompts (PROMPT, 7 and 3 tokens) generated greedily
+    with an EOS that row 0 reaches: each row equals Hugging Face's generate up to its own
+    EOS, and Hugging Face pads a finished row (used by the newer families' tests)."""
+    from companion.decoder import from_hf, generate
+
+    ids, mask = left_padded([PROMPT, 7, 3], PROMPT, seed=3)
+    got = generate(from_hf(build(name)), ids, NEW, attention_mask=mask)
+    eos = int(got[0, PROMPT + 5])  # row 0 stops at its 6th new token
+    expected = build(name).generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=NEW,
+        do_sample=False,
+        eos_token_id=eos,
+        pad_token_id=IDS["pad_token_id"],
+    )
+    stopped = 0
+    for row in range(3):
+        new = got[row, PROMPT:].tolist()
+        stop = PROMPT + (new.index(eos) + 1 if eos in new else NEW)
+        stopped += stop < PROMPT + NEW
+        assert torch.equal(expected[row, :stop], got[row, :stop]), row
+        after = expected[row, stop:]  # Hugging Face pads a finished row
+        assert bool((after == IDS["pad_token_id"]).all()), row
+    assert stopped >= 1

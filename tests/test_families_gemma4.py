@@ -36,8 +36,15 @@ import torch
 pytest.importorskip("transformers")
 
 import transformers
-from test_decoder import IDS, NEW, PROMPT, TOL, randomize, tokens
-from test_decoder_modern import BASE, WINDOW, hf_generate, hf_logits, left_padded
+from test_decoder import NEW, PROMPT, TOL, randomize, tokens
+from test_decoder_modern import (
+    BASE,
+    WINDOW,
+    assert_padded_batch_with_eos_matches,
+    hf_generate,
+    hf_logits,
+    left_padded,
+)
 
 from companion import families
 from companion.decoder import PORTS, Decoder, DecoderSpec, from_hf, generate
@@ -285,26 +292,7 @@ def test_gemma4_is_found_and_reads_its_block() -> None:
 
 @pytest.mark.parametrize("name", list(GEMMA4))
 def test_gemma4_a_padded_batch_with_eos_matches_up_to_each_rows_eos(name) -> None:
-    ids, mask = left_padded([PROMPT, 7, 3], PROMPT, seed=3)
-    got = generate(from_hf(build(name)), ids, NEW, attention_mask=mask)
-    eos = int(got[0, PROMPT + 5])  # row 0 stops at its 6th new token
-    expected = build(name).generate(
-        ids,
-        attention_mask=mask,
-        max_new_tokens=NEW,
-        do_sample=False,
-        eos_token_id=eos,
-        pad_token_id=IDS["pad_token_id"],
-    )
-    stopped = 0
-    for row in range(3):
-        new = got[row, PROMPT:].tolist()
-        stop = PROMPT + (new.index(eos) + 1 if eos in new else NEW)
-        stopped += stop < PROMPT + NEW
-        assert torch.equal(expected[row, :stop], got[row, :stop]), row
-        after = expected[row, stop:]  # Hugging Face pads a finished row
-        assert bool((after == IDS["pad_token_id"]).all()), row
-    assert stopped >= 1
+    assert_padded_batch_with_eos_matches(build, name)
 
 
 def _without(model: Decoder, what: str) -> Decoder:

@@ -27,8 +27,15 @@ import torch
 pytest.importorskip("transformers")
 
 import transformers
-from test_decoder import IDS, NEW, PROMPT, TOL, randomize, tokens
-from test_decoder_modern import BASE, WINDOW, hf_generate, hf_logits, left_padded
+from test_decoder import NEW, PROMPT, TOL, randomize, tokens
+from test_decoder_modern import (
+    BASE,
+    WINDOW,
+    assert_padded_batch_with_eos_matches,
+    hf_generate,
+    hf_logits,
+    left_padded,
+)
 
 from companion import _architecture, decoder, families
 from companion.decoder import DecoderSpec, from_hf, generate
@@ -183,26 +190,7 @@ def test_greedy_tokens_of_a_left_padded_batch_match_hugging_face(name: str) -> N
 
 @pytest.mark.parametrize("name", list(HYBRIDS))
 def test_a_padded_batch_with_eos_matches_up_to_each_rows_eos(name: str) -> None:
-    ids, mask = left_padded([PROMPT, 7, 3], PROMPT, seed=3)
-    got = generate(from_hf(build(name)), ids, NEW, attention_mask=mask)
-    eos = int(got[0, PROMPT + 5])  # row 0 stops at its 6th new token
-    expected = build(name).generate(
-        ids,
-        attention_mask=mask,
-        max_new_tokens=NEW,
-        do_sample=False,
-        eos_token_id=eos,
-        pad_token_id=IDS["pad_token_id"],
-    )
-    stopped = 0
-    for row in range(3):
-        new = got[row, PROMPT:].tolist()
-        stop = PROMPT + (new.index(eos) + 1 if eos in new else NEW)
-        stopped += stop < PROMPT + NEW
-        assert torch.equal(expected[row, :stop], got[row, :stop]), row
-        after = expected[row, stop:]  # Hugging Face pads a finished row
-        assert bool((after == IDS["pad_token_id"]).all()), row
-    assert stopped >= 1
+    assert_padded_batch_with_eos_matches(build, name)
 
 
 @pytest.mark.parametrize("name", list(HYBRIDS))
