@@ -1086,7 +1086,9 @@ PHONE_READING = r"""async () => {
         return !!hint && hint.classList.contains('book-scroll-hint')
             && hint.getBoundingClientRect().height > 0;
     };
-    const NUMBER = /[−-]?\d+(?:[.,]\d+)*(?:e[−+-]?\d+)?%?(?:\s*±\s*\d+(?:[.,]\d+)*(?:e[−+-]?\d+)?%?)?(?:\s*\(\d+(?:[.,]\d+)*\s*[–−-]\s*\d+(?:[.,]\d+)*\))?/g;
+    // A minus sign only where no letter or digit comes before it: the hyphen of a
+    // name ("GPT-2", "Llama-3") is not part of a number and may end a line.
+    const NUMBER = /(?:(?<![\p{L}\d])[−-])?(?<![\p{L}\d.,])\d+(?:[.,]\d+)*(?:e[−+-]?\d+)?%?(?:\s*±\s*\d+(?:[.,]\d+)*(?:e[−+-]?\d+)?%?)?(?:\s*\(\d+(?:[.,]\d+)*\s*[–−-]\s*\d+(?:[.,]\d+)*\))?/gu;
     const lines = (range) => new Set(Array.from(range.getClientRects())
         .filter((r) => r.width > 0).map((r) => Math.round(r.bottom))).size;
     for (const table of document.querySelectorAll('article table:not(.indextable)')) {
