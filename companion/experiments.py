@@ -66,6 +66,7 @@ __all__ = [
     "SeedRuns",
     "TrainingRun",
     "build",
+    "clear_runs",
     "distinct_seeds",
     "init_jitter",
     "jitter_",
@@ -560,10 +561,25 @@ def train_batched(
 # answered with that call's result instead of training again. Training is deterministic
 # within a process, so the answer is the one training again would give, bit for bit;
 # the position family's no-position and ALiBi runs are the capstone's, and `make claims`
-# runs both chapters' claims in one process per variant. At most _KEEP calls are kept.
+# runs both chapters' claims in one process per variant. At most _KEEP calls are kept, their
+# weights on the CPU; clear_runs() forgets them all.
 _KEEP = 16
 _DONE: OrderedDict[str, tuple[list[dict[str, torch.Tensor]], list[TrainingRun]]]
 _DONE = OrderedDict()
+
+
+def clear_runs() -> None:
+    """Forget every :func:`train_batched` call remembered in this process, so that the
+    next call trains, whatever came before it.
+
+    A reader who re-trains on purpose (to time a run, or after patching the training
+    step or a model's forward in a way the remembered call's key does not see: a
+    monkeypatched function, a backend flag) calls this first. Example::
+
+        >>> from companion import experiments
+        >>> experiments.clear_runs()
+    """
+    _DONE.clear()
 
 
 def _replayable(models: Sequence[nn.Module]) -> bool:
@@ -622,7 +638,11 @@ def _run_key(
 
 
 def _remember(key: str, models: Sequence[nn.Module], runs: list[TrainingRun]) -> None:
-    weights = [{n: p.detach().clone() for n, p in m.named_parameters()} for m in models]
+    # kept on the CPU (a CUDA run's clones would hold GPU memory); _replay copies back
+    weights = [
+        {n: p.detach().to("cpu", copy=True) for n, p in m.named_parameters()}
+        for m in models
+    ]
     copies = [TrainingRun(list(r.losses), list(r.learning_rates)) for r in runs]
     _DONE[key] = (weights, copies)
     while len(_DONE) > _KEEP:

@@ -259,7 +259,7 @@ def test_a_repeated_batched_call_is_answered_from_the_first_bit_for_bit(
     first = [tiny("alibi"), tiny("alibi")]
     E.train_batched(first, seeds=[5, 6], **kwargs)
     fresh = [tiny("alibi"), tiny("alibi")]
-    E._DONE.clear()  # the oracle: the same call computed again
+    E.clear_runs()  # the oracle: the same call computed again
     want = E.train_batched(fresh, seeds=[5, 6], **kwargs)
 
     def no_training(*args: object, **kw: object) -> None:
@@ -336,7 +336,7 @@ def test_chapter_4s_no_position_runs_are_chapter_7s(
     is answered from it (make claims runs both in one process)."""
     from companion import capstone, position_comparison
 
-    E._DONE.clear()
+    E.clear_runs()
     ch7 = capstone.train_capstone_scheme("none", (0, 1), budgets=(2, 3))
     monkeypatch.setattr(E, "_adamw_step", lambda *a, **k: pytest.fail("trained"))
     ch4 = position_comparison.compare_position_schemes(
@@ -360,6 +360,13 @@ def _train_batched(**overrides: object) -> None:
 
 
 BAD_INPUTS = [
+    # clear_runs takes nothing: Python itself names what came
+    (
+        "clear_runs",
+        lambda: E.clear_runs(True),
+        TypeError,
+        r"clear_runs\(\) takes 0 positional arguments but 1 was given",
+    ),
     # TrainingRun
     (
         "TrainingRun",
@@ -849,3 +856,27 @@ def test_the_aliases_are_the_moved_names_and_no_others() -> None:
     assert {name: home for home, name in MOVED_NAMES} == E._MOVED
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         E.no_such_name  # noqa: B018
+
+
+def test_clear_runs_makes_the_next_identical_call_train(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """clear_runs forgets the remembered calls (review R5-5: no public way to turn the
+    cache off); what is remembered is kept on the CPU."""
+    kwargs = dict(seeds=[3], steps=2, batch_size=4, length=8, lag=1, lr=1e-2)
+    E.train_batched([tiny("alibi")], **kwargs)
+    assert all(
+        t.device.type == "cpu"
+        for weights, _ in E._DONE.values()
+        for w in weights
+        for t in w.values()
+    )
+
+    def no_training(*args: object, **kw: object) -> None:
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(E, "_adamw_step", no_training)
+    E.train_batched([tiny("alibi")], **kwargs)  # answered from the first call
+    E.clear_runs()
+    with pytest.raises(AssertionError, match="trained again"):
+        E.train_batched([tiny("alibi")], **kwargs)
