@@ -66,6 +66,7 @@ def _flash_kernel(
     v_ptr,
     out_ptr,  # (B, H, L, D), contiguous
     lse_ptr,  # (B, H, L), contiguous
+    sinks_ptr,  # (H,) float32 sink logits (natural units), when HAS_SINKS
     sqb,  # strides of q (batch, head, row, feature); then of k and of v
     sqh,
     sqm,
@@ -88,6 +89,7 @@ def _flash_kernel(
     BLOCK_N: tl.constexpr,  # keys per step of the inner loop
     CAUSAL: tl.constexpr,
     F32: tl.constexpr,  # products of float32 operands (float32 input; the interpreter)
+    HAS_SINKS: tl.constexpr,  # a sink column per head (GPT-OSS)
 ):
     # one program: BLOCK_M queries of one (batch, head); grid (L / BLOCK_M, H, B): a
     # grid's second and third axes hold at most 65535 programs each on a GPU
@@ -107,8 +109,15 @@ def _flash_kernel(
     )  # (BM, BD): read once, kept on chip for the whole loop
     if F32:
         q = q.to(tl.float32)
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running row maximum (base 2)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)  # running sum of 2^(s - m)
+    # with a sink, the row starts from its column: m = sigma_h, l = 2^(sigma_h - m) = 1;
+    # it adds to the sum and nothing to acc (it gives no value)
+    if HAS_SINKS:
+        sink = tl.load(sinks_ptr + h).to(tl.float32) * 1.4426950408889634  # base 2
+        m_i = tl.zeros((BLOCK_M,), tl.float32) + sink  # running row maximum (base 2)
+        l_i = tl.full((BLOCK_M,), 1.0, tl.float32)  # running sum of 2^(s - m)
+    else:  # nothing seen yet: m = -inf, l = 0
+        m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)  # running sum of 2^(s - m) v
     # causal (top-left, j <= i): key blocks past this block's last query are all masked
     end_n = tl.minimum(k_len, start_m + BLOCK_M) if CAUSAL else k_len

@@ -11,9 +11,10 @@ generate its GPU kernels. Each has the same arguments and the same contract as i
   the same kernel rotating by :math:`-m\theta_i`.
 - :func:`flash_attention` is :func:`companion.attention.scaled_dot_product_attention`
   without a mask argument (``is_causal`` only; ``scaled_dot_product_attention(...,
-  backend="triton")``), and also returns the log-sum-exp of every row: each program holds
-  one block of queries in on-chip memory and streams the keys and values past it block by
-  block with the online softmax of :func:`companion.attention.tiled_attention`, so the
+  backend="triton")``; GPT-OSS's learned sink logits as an option, ``sinks=``), and also
+  returns the log-sum-exp of every row: each program holds one block of queries in
+  on-chip memory and streams the keys and values past it block by block with the online
+  softmax of :func:`companion.attention.tiled_attention`, so the
   :math:`L \times S` score matrix never exists in memory. Its gradient is the
   FlashAttention-2 backward (Dao, 2023): the weights are recomputed block by block from
   the stored log-sum-exp, never stored.
@@ -177,16 +178,20 @@ def _launch(kernel, grid, args, block_m, block_n=None, **constexprs) -> None:
                 block_m //= 2
 
 
-def _flash_forward(q, k, v, is_causal, scale, block_m, block_n):
+def _flash_forward(q, k, v, sinks, is_causal, scale, block_m, block_n):
+    """The output and the log-sum-exp (the sink's column included when ``sinks``, a
+    float32 ``(H,)`` tensor, is given)."""
     b, h, q_len, _ = q.shape
     k_len = k.shape[2]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous
     lse = torch.empty((b, h, q_len), dtype=torch.float32, device=q.device)
     if q_len == 0 or b * h == 0:
         return out, lse
-    if k_len == 0:  # no key to attend to: zeros, as a fully masked row (SDPA's math)
-        return out.zero_(), lse.fill_(float("-inf"))
-    args = (q, k, v, out, lse, *q.stride(), *k.stride(), *v.stride(), h)
+    if k_len == 0:  # no key to attend to: zeros, as a fully masked row (SDPA's math);
+        # with a sink, all the mass is on it: lse = sigma_h
+        lse = lse.fill_(float("-inf")) if sinks is None else lse.copy_(sinks[:, None])
+        return out.zero_(), lse
+    args = (q, k, v, out, lse, sinks, *q.stride(), *k.stride(), *v.stride(), h)
     _launch(
         _FLASH,
         lambda bm, bn: (triton.cdiv(q_len, bm), h, b),
@@ -194,6 +199,7 @@ def _flash_forward(q, k, v, is_causal, scale, block_m, block_n):
         block_m,
         block_n,
         CAUSAL=is_causal,
+        HAS_SINKS=sinks is not None,
         **_flash_flags(q),
     )
     return out, lse
@@ -206,15 +212,17 @@ def _flash_backward(
     out,
     lse,
     grad_out,
+    sinks,
     is_causal,
     scale,
     block_m,
     block_n,
     need_dq=True,
     need_dkdv=True,
+    need_dsinks=True,
 ):
-    """dQ, dK, dV; a pass that is not needed (its inputs need no gradient) is skipped and
-    gives ``None``."""
+    """dQ, dK, dV and the sinks' gradient (``None`` without sinks); a pass that is not
+    needed (its inputs need no gradient) is skipped and gives ``None``."""
     b, h, q_len, d = q.shape
     k_len = k.shape[2]
     dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if need_dq else None
@@ -223,8 +231,18 @@ def _flash_backward(
         if need_dkdv
         else (None, None)
     )
-    if q_len == 0 or k_len == 0 or b * h == 0 or not (need_dq or need_dkdv):
-        return dq, dk, dv  # no weight anywhere: nothing flows back
+    need_dsinks = need_dsinks and sinks is not None
+    dsinks = (
+        torch.zeros(h, dtype=torch.float32, device=q.device) if need_dsinks else None
+    )
+    if (
+        q_len == 0
+        or k_len == 0
+        or b * h == 0
+        or not (need_dq or need_dkdv or need_dsinks)
+    ):
+        # no weight on any key (the output is zero, so D = 0 and the sinks get 0 too)
+        return dq, dk, dv, dsinks
     flags = _flash_flags(q)
     delta = torch.empty((b, h, q_len), dtype=torch.float32, device=q.device)
     _launch(
@@ -235,6 +253,13 @@ def _flash_backward(
         HEAD_DIM=d,
         BLOCK_D=flags["BLOCK_D"],
     )
+    if need_dsinks:  # d sigma_h = -sum_{b,i} p_sink D_i, p_sink = e^(sigma_h - lse),
+        # summed by torch in a fixed order (a kernel would add across programs with
+        # atomics, in an order that varies from run to run on a GPU)
+        p_sink = torch.exp(sinks[None, :, None] - lse)  # (B, H, L)
+        dsinks = -(p_sink * delta).sum(dim=(0, 2))  # (H,)
+    if not (need_dq or need_dkdv):
+        return dq, dk, dv, dsinks
     # the inner loops read q, k, v and dO many times: contiguous copies (no-ops when
     # they already are) keep those reads simple
     q, k, v, grad_out = (t.contiguous() for t in (q, k, v, grad_out))
@@ -258,7 +283,7 @@ def _flash_backward(
             CAUSAL=is_causal,
             **flags,
         )
-    return dq, dk, dv
+    return dq, dk, dv, dsinks
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -270,32 +295,43 @@ class _FlashAttention(torch.autograd.Function):
     ``RuntimeError``, since the backward kernels record no graph."""
 
     @staticmethod
-    def forward(ctx, q, k, v, is_causal, scale, block_m, block_n):  # type: ignore[override]
-        out, lse = _flash_forward(q, k, v, is_causal, scale, block_m, block_n)
-        ctx.save_for_backward(q, k, v, out, lse)
+    def forward(ctx, q, k, v, sinks, is_causal, scale, block_m, block_n):  # type: ignore[override]
+        s32 = None if sinks is None else sinks.to(torch.float32).contiguous()
+        out, lse = _flash_forward(q, k, v, s32, is_causal, scale, block_m, block_n)
+        ctx.save_for_backward(q, k, v, out, lse, s32)
         ctx.args = (is_causal, scale, block_m, block_n)
+        ctx.sinks_dtype = None if sinks is None else sinks.dtype
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
-        q, k, v, out, lse = ctx.saved_tensors
-        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        q, k, v, out, lse, sinks = ctx.saved_tensors
+        need_q, need_k, need_v, need_s = ctx.needs_input_grad[:4]
         # a Function of its own: under create_graph=True it is recorded, connected to
         # q, k, v and dO, and differentiating through it raises instead of silently
         # counting the gradients' own derivative as zero
-        dq, dk, dv = _FlashAttentionGrad.apply(
-            q, k, v, out, lse, grad_out, ctx.args, (need_q, need_k or need_v)
+        dq, dk, dv, ds = _FlashAttentionGrad.apply(
+            q,
+            k,
+            v,
+            out,
+            lse,
+            grad_out,
+            sinks,
+            ctx.args,
+            (need_q, need_k or need_v, need_s),
         )
-        return dq, dk, dv, None, None, None, None
+        ds = None if ds is None else ds.to(ctx.sinks_dtype)
+        return dq, dk, dv, ds, None, None, None, None
 
 
 class _FlashAttentionGrad(torch.autograd.Function):
     """The backward kernels as a node of the graph, whose own gradient raises."""
 
     @staticmethod
-    def forward(ctx, q, k, v, out, lse, grad_out, args, need):  # type: ignore[override]
-        return _flash_backward(q, k, v, out, lse, grad_out, *args, *need)
+    def forward(ctx, q, k, v, out, lse, grad_out, sinks, args, need):  # type: ignore[override]
+        return _flash_backward(q, k, v, out, lse, grad_out, sinks, *args, *need)
 
     @staticmethod
     def backward(ctx, *grads):  # type: ignore[override]
@@ -316,6 +352,7 @@ def flash_attention(
     scale: float | None = None,
     block_m: int = 64,
     block_n: int = 64,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""FlashAttention as Triton kernels; returns the output and the log-sum-exp.
 
@@ -347,6 +384,33 @@ def flash_attention(
     (``create_graph=True``) raises a ``RuntimeError`` instead of counting their
     derivative as zero.
 
+    With ``sinks`` (GPT-OSS's learned sink logits, one :math:`\sigma_h` per head), every
+    row's softmax gets one more column, of logit :math:`\sigma_h`, that takes probability
+    mass and gives no value; equivalent to the following (the reference,
+    :func:`companion.masks.attention_with_sinks`)::
+
+        scores = query @ key.transpose(-2, -1) * scale          # (B, H, L, S), masked
+        column = sinks[None, :, None, None].expand(B, H, L, 1)  # the sink, last
+        probs = torch.softmax(torch.cat([scores, column], -1), -1)[..., :-1]
+        output = probs @ value                                  # rows sum to 1 - p_sink
+        lse = torch.logsumexp(torch.cat([scores, column], -1), -1)
+
+    The kernel starts each row's online softmax from the sink's column (running maximum
+    :math:`m = \sigma_h`, running sum :math:`\ell = 1`) instead of from nothing
+    (:math:`-\infty`, 0), so the stored log-sum-exp includes it and the backward's
+    recomputed :math:`P = e^{s - \mathrm{lse}}` are the weights with the sink; dQ, dK
+    and dV are then computed as without it. The sink's gradient is
+    :math:`\partial\mathcal{L}/\partial\sigma_h = -\sum_{b,i}
+    p_{\mathrm{sink},bhi}\,\Delta_{bhi}` with :math:`p_{\mathrm{sink}} =
+    e^{\sigma_h - \mathrm{lse}}` (the closed form of
+    :func:`companion.masks.sink_gradient`), from the :math:`\Delta` the first backward
+    kernel computes, summed by torch in a fixed order. A row with no key to see (only
+    when ``S = 0``: the causal mask ``j <= i`` always keeps key 0) puts all its mass on
+    the sink: output 0, lse :math:`\sigma_h` (without sinks: 0 and :math:`-\infty`).
+    ``sinks=None`` runs the kernels without the sink's code (``HAS_SINKS`` is a
+    compile-time flag): the same results, bit for bit, as before it existed (checked
+    under the interpreter); a sink of :math:`-\infty` gives the same numbers as none.
+
     Args:
         query: queries, float16, bfloat16 or float32.
         key: keys, same dtype and ``(B, H)`` as ``query``.
@@ -358,15 +422,18 @@ def flash_attention(
             memory cannot hold the blocks (Triton's ``OutOfResources``), the larger of
             the two is halved until it fits, down to 16 (the same result up to rounding;
             tested with a simulated error, not yet on a GPU).
+        sinks: one sink logit per head, any floating dtype (the kernel reads it in
+            float32; its gradient comes back in its dtype), on ``query``'s device, any
+            strides; ``None`` for none.
 
     Returns:
         ``(output, lse)``: output ``(B, H, L, D)`` in ``query``'s dtype, contiguous, and
-        lse ``(B, H, L)`` in float32.
+        lse ``(B, H, L)`` in float32 (the sink's column included).
 
     Shape:
         query: ``(B, H, L, D)``, ``D`` from 1 to 256 (held on chip padded to a power of
         two >= 16: 80 and 96 run as 128; 64 and 128 are the sizes the book measures);
-        key, value: ``(B, H, S, D)``.
+        key, value: ``(B, H, S, D)``; sinks: ``(H,)``.
     """
     query = _validate.tensor("query", query, ndim=4, meaning="(B, H, L, D)")
     key = _validate.tensor("key", key, ndim=4, meaning="(B, H, S, D)")
@@ -398,8 +465,12 @@ def flash_attention(
         blk = _validate.positive_int(name, blk)
         if blk < 16 or blk & (blk - 1):
             raise ValueError(f"{name} must be a power of two >= 16, got {blk}")
+    if sinks is not None:
+        sinks = _validate.tensor("sinks", sinks, ndim=1, meaning="(H,)")
+        _validate.same_device("sinks", sinks, "query", query)
+        _validate.shape("sinks", sinks, query.shape[1:2], "(H,)")
     _check_device("query", query)
     sm_scale = (1.0 / math.sqrt(d)) if scale is None else scale
     return _FlashAttention.apply(
-        query, key, value, is_causal, sm_scale, block_m, block_n
+        query, key, value, sinks, is_causal, sm_scale, block_m, block_n
     )

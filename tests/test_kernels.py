@@ -850,6 +850,37 @@ BAD_INPUTS = [
         ValueError,
         r"^cos must not require grad with backend='triton'",
     ),
+    # learned sinks (tests/test_kernels_sinks.py): one floating logit per head, (H,)
+    (
+        "flash_attention",
+        lambda: kernels.flash_attention(_q, _q, _q, sinks=[0.0]),
+        TypeError,
+        r"^sinks must be a torch\.Tensor",
+    ),
+    (
+        "flash_attention",
+        lambda: kernels.flash_attention(
+            _q, _q, _q, sinks=torch.zeros(1, dtype=torch.long, device=DEVICE)
+        ),
+        TypeError,
+        r"^sinks must be a floating-point tensor, got a tensor of dtype torch\.int64",
+    ),
+    (
+        "flash_attention",
+        lambda: kernels.flash_attention(
+            _q, _q, _q, sinks=torch.zeros(1, 1, device=DEVICE)
+        ),
+        ValueError,
+        r"^sinks must have 1 dimensions \(H,\), got shape \(1, 1\)",
+    ),
+    (
+        "flash_attention",
+        lambda: kernels.flash_attention(
+            _q, _q, _q, sinks=torch.zeros(2, device=DEVICE)
+        ),
+        ValueError,
+        r"^sinks must have shape \(H,\) \(1,\), got shape \(2,\)",
+    ),
 ]
 
 
@@ -865,3 +896,5 @@ def test_tensors_on_the_wrong_device_for_the_mode() -> None:
     x = _x.to(_other)
     with pytest.raises(ValueError, match=r"^x must be on a"):
         kernels.rope(x, *(t.to(_other) for t in _cs))
+    with pytest.raises(ValueError, match=r"^sinks must be on query's device"):
+        kernels.flash_attention(_q, _q, _q, sinks=torch.zeros(1, device=_other))
