@@ -80,7 +80,8 @@ its weights, optionally a :class:`DecoderBlock` subclass and a :class:`DecoderSp
 subclass) to :func:`from_hf`; :data:`PORTS` holds the first eleven above (the registry
 of :mod:`companion.families`, where each is an entry), ``HYBRID_PORTS`` there the two
 hybrids, ``GEMMA4_PORTS`` Gemma 4's text model, and ``companion.mla.PORTS``
-(DeepSeek-V3's multi-head latent attention) is looked up after it. What the copy does
+(DeepSeek-V3's multi-head latent attention) is looked up after it, then
+``companion.llama4.PORTS`` (Llama 4's text model). What the copy does
 not implement raises :class:`ValueError` naming it: other architectures without a port,
 sliding windows outside the families above, RoPE types other than the six of
 ``ROPE_TYPES``, a LongRoPE config whose two training lengths (``rope_parameters`` key
@@ -101,7 +102,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from companion import _validate, families, mla
+from companion import _validate, families, llama4, mla
 from companion._architecture import ACTIVATIONS as ACTIVATIONS  # re-exported
 from companion._architecture import ROPE_TYPES as ROPE_TYPES  # (chapters read them)
 from companion._architecture import (
@@ -138,15 +139,22 @@ there is found here."""
 def _find_port(model: nn.Module) -> Port:
     """``model``'s port: its class (or a base class) in :data:`PORTS`, else in
     ``companion.families.HYBRID_PORTS``, ``companion.families.GEMMA4_PORTS``, else in
-    ``companion.mla.PORTS``."""
+    ``companion.mla.PORTS``, then in ``companion.llama4.PORTS``."""
     names = [cls.__name__ for cls in type(model).__mro__]
-    registries = (PORTS, families.HYBRID_PORTS, families.GEMMA4_PORTS, mla.PORTS)
+    registries = (
+        PORTS,
+        families.HYBRID_PORTS,
+        families.GEMMA4_PORTS,
+        mla.PORTS,
+        llama4.PORTS,
+    )
     for registry in registries:
         port = next((registry[n] for n in names if n in registry), None)
         if port is not None:
             return port
     known = [*PORTS, *families.HYBRID_PORTS, *families.GEMMA4_PORTS]
     known += [n for n in mla.PORTS if n not in known]
+    known += [n for n in llama4.PORTS if n not in known]
     raise ValueError(
         f"model must be one of {', '.join(known)} (or come with a port), got "
         f"{type(model).__name__} (unsupported architecture)"
@@ -187,10 +195,12 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
             ``Phi3ForCausalLM``), of ``companion.families.HYBRID_PORTS``
             (``SmolLM3ForCausalLM``, ``Cohere2ForCausalLM``), of
             ``companion.families.GEMMA4_PORTS`` (``Gemma4ForCausalLM``) or of
-            ``companion.mla.PORTS``, or any model ``port`` reads.
+            ``companion.mla.PORTS`` or of ``companion.llama4.PORTS``
+            (``Llama4ForCausalLM``), or any model ``port`` reads.
         port: ``None`` (look ``model``'s class up in :data:`PORTS`, then in
-            ``companion.families.HYBRID_PORTS``, ``companion.families.GEMMA4_PORTS``
-            and ``companion.mla.PORTS``) or a :class:`Port` for another family.
+            ``companion.families.HYBRID_PORTS``, ``companion.families.GEMMA4_PORTS``,
+            ``companion.mla.PORTS`` and ``companion.llama4.PORTS``) or a
+            :class:`Port` for another family.
 
     Returns:
         The copy; ``copy(input_ids)`` gives logits ``(B, L, vocab)`` equal to

@@ -45,6 +45,7 @@ MODULES = [
     "decoder",
     "families",
     "mla",
+    "llama4",
     "modern",
     "stability",
     "masks",
