@@ -369,5 +369,5 @@ PORTS: dict[str, Port] = {
     )
 }
 """GPT-OSS's entry, looked up by :func:`companion.decoder.from_hf` after the families'
-registries and ``companion.mla.PORTS``. It holds ``GptOssForCausalLM``: alternating
+registries, ``companion.mla.PORTS`` and ``companion.llama4.PORTS``. It holds ``GptOssForCausalLM``: alternating
 sliding and full layers, YaRN, the sinks and the mixture of experts."""

@@ -46,6 +46,7 @@ MODULES = [
     "families",
     "mla",
     "llama4",
+    "gpt_oss",
     "modern",
     "stability",
     "masks",
