@@ -50,6 +50,7 @@ MODULES = [
     "modern",
     "stability",
     "masks",
+    "linear_attention",
     "performance",
     "kernels",
     "diagrams",

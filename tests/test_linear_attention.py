@@ -1,0 +1,371 @@
+"""Tests of companion.linear_attention: linear attention, the gated delta rule, Qwen3-Next's
+convolution and output gate.
+
+Oracles: float64 loops written from the formulas (the papers' ``(Dv, D)`` state for the
+delta rule, so the storage convention is checked too), autograd for the
+gradient-descent reading, ``nn.Conv1d`` for the convolution, and Hugging Face
+transformers 5.23's Qwen3-Next reference functions (``torch_recurrent_gated_delta_rule``,
+``torch_chunk_gated_delta_rule``, ``causal_conv1d_fn``, ``causal_conv1d_update``,
+``l2norm``, ``Qwen3NextRMSNormGated``). Measured (this file's inputs): chunked vs recurrent
+in float64 <= 2.5e-15; float32 vs the float64 loop <= 3.2e-7 (recurrent) and 5.8e-7
+(chunked) on unit q/k, |o| <= 1.8; vs Hugging Face (float32 both) <= 6e-7
+(3e-8 with HF's L2 norm inside, unit q/k).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from companion import linear_attention as la
+
+hf = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
+
+F64 = torch.float64
+B, HK, H, L, D, DV = 2, 2, 4, 13, 8, 6
+
+
+@pytest.fixture(autouse=True)
+def _quiet_hf_fallback():
+    # HF logs once that flash-linear-attention is missing and it uses the torch reference
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _inputs(seed=0, *, b=B, hk=HK, h=H, length=L, d=D, dv=DV, dtype=F64, unit=True):
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen, dtype=F64)
+
+    q, k = rand(b, hk, length, d), rand(b, hk, length, d)
+    if unit:
+        q, k = la.l2_normalize(q), la.l2_normalize(k)
+    v = rand(b, h, length, dv)
+    g = -2 * torch.rand(b, h, length, generator=gen, dtype=F64)
+    beta = torch.rand(b, h, length, generator=gen, dtype=F64)
+    s0 = rand(b, h, d, dv)
+    return [x.to(dtype) for x in (q, k, v, g, beta, s0)]
+
+
+def _delta_rule_loop(q, k, v, g, beta, s0, scale=1.0):
+    """The papers' form, one head at a time: S (Dv, D), S_t = S_{t-1} alpha (I - beta k
+    k^T) + beta v k^T, o_t = S_t q_t. Returns outputs and the final S^T."""
+    b, hk, length, d = q.shape
+    h, dv = v.shape[1], v.shape[-1]
+    out = torch.zeros(b, h, length, dv, dtype=F64)
+    final = torch.zeros(b, h, d, dv, dtype=F64)
+    eye = torch.eye(d, dtype=F64)
+    for i in range(b):
+        for j in range(h):
+            jk = j // (h // hk)
+            s = s0[i, j].double().T.clone()  # (Dv, D)
+            for t in range(length):
+                kt, qt = k[i, jk, t].double(), q[i, jk, t].double() * scale
+                alpha, bt = torch.exp(g[i, j, t].double()), beta[i, j, t].double()
+                s = s @ (alpha * (eye - bt * torch.outer(kt, kt)))
+                s = s + bt * torch.outer(v[i, j, t].double(), kt)
+                out[i, j, t] = s @ qt
+            final[i, j] = s.T
+    return out, final
+
+
+def _bhld(x):  # (B, H, L, ...) <-> Hugging Face's (B, L, H, ...)
+    return x.transpose(1, 2)
+
+
+# ---- linear attention ----------------------------------------------------------------
+
+
+def _linear_loop(q, k, v, causal):
+    """o_t = sum_s phi(q_t).phi(k_s) v_s / sum_s phi(q_t).phi(k_s), s <= t if causal."""
+    fq, fk = F.elu(q) + 1, F.elu(k) + 1
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=F64)
+    for t in range(q.shape[-2]):
+        stop = t + 1 if causal else k.shape[-2]
+        w = (fq[..., t, None, :] * fk[..., :stop, :]).sum(-1)  # (..., s)
+        out[..., t, :] = (w[..., None] * v[..., :stop, :]).sum(-2) / w.sum(-1)[
+            ..., None
+        ]
+    return out
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_linear_attention_parallel_equals_recurrent_and_the_formula(causal):
+    gen = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(B, H, L, D, generator=gen, dtype=F64) for _ in range(2))
+    v = torch.randn(B, H, L, DV, generator=gen, dtype=F64)
+    par = la.linear_attention(q, k, v, causal=causal)
+    rec = la.linear_attention(q, k, v, causal=causal, mode="recurrent")
+    torch.testing.assert_close(par, rec, rtol=0, atol=1e-12)
+    torch.testing.assert_close(par, _linear_loop(q, k, v, causal), rtol=0, atol=1e-12)
+    # causal: output t ignores later keys (change the last key and value)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., -1, :] += 3
+    v2[..., -1, :] -= 5
+    changed = la.linear_attention(q, k2, v2, causal=causal)
+    same = (changed[..., :-1, :] - par[..., :-1, :]).abs().max()
+    assert (same == 0) if causal else (same > 1e-3)
+
+
+def test_linear_attention_non_causal_other_lengths_broadcast_and_dtype():
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(B, H, 5, D, generator=gen)
+    k = torch.randn(1, H, 9, D, generator=gen)  # broadcast batch, S != L
+    v = torch.randn(1, H, 9, DV, generator=gen)
+    out = la.linear_attention(q, k, v, causal=False)
+    assert out.dtype == torch.float32 and out.shape == (B, H, 5, DV)
+    rec = la.linear_attention(q, k, v, causal=False, mode="recurrent")
+    torch.testing.assert_close(out, rec, rtol=1e-5, atol=1e-6)
+    ref = _linear_loop(q.double(), k.expand(B, -1, -1, -1).double(), v.double(), False)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    # a callable feature map: relu + 1 gives another answer than elu + 1
+    other = la.linear_attention(q, k, v, lambda x: F.relu(x) + 1, causal=False)
+    assert (other - out).abs().max() > 1e-3
+
+
+# ---- the gated delta rule ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 5, 13, 16])
+def test_chunked_equals_recurrent_and_the_papers_loop_float64(chunk_size):
+    q, k, v, g, beta, s0 = _inputs(chunk_size)
+    rec, s_rec = la.gated_delta_rule(
+        q, k, v, g, beta, mode="recurrent", initial_state=s0, scale=0.7
+    )
+    chk, s_chk = la.gated_delta_rule(
+        q, k, v, g, beta, chunk_size=chunk_size, initial_state=s0, scale=0.7
+    )
+    torch.testing.assert_close(chk, rec, rtol=0, atol=1e-12)
+    torch.testing.assert_close(s_chk, s_rec, rtol=0, atol=1e-12)
+    loop, s_loop = _delta_rule_loop(q, k, v, g, beta, s0, scale=0.7)
+    torch.testing.assert_close(rec, loop, rtol=0, atol=1e-12)
+    torch.testing.assert_close(s_rec, s_loop, rtol=0, atol=1e-12)  # stored as S^T
+
+
+def test_float32_within_the_measured_bound():
+    q, k, v, g, beta, s0 = _inputs(3, length=50, d=16, dv=16, hk=H)
+    ref, s_ref = la.gated_delta_rule(
+        q, k, v, g, beta, mode="recurrent", initial_state=s0
+    )
+    f = [x.float() for x in (q, k, v, g, beta, s0)]
+    for mode, c in (("recurrent", 1), ("chunked", 16), ("chunked", 7)):
+        out, s = la.gated_delta_rule(
+            *f[:5], mode=mode, chunk_size=c, initial_state=f[5]
+        )
+        assert out.dtype == torch.float32 and s.dtype == torch.float32
+        assert (out.double() - ref).abs().max() < 2e-6  # measured <= 5.8e-7
+        assert (s.double() - s_ref).abs().max() < 2e-6
+
+
+@pytest.mark.parametrize("l2_inside", [True, False])
+def test_equals_hugging_face_recurrent_and_chunked(l2_inside):
+    """HF takes (B, L, H, D), scales q by D^-1/2 always, normalises q and k inside when
+    use_qk_l2norm_in_kernel, computes in float32; grouped heads by repeat_interleave."""
+    q, k, v, g, beta, s0 = _inputs(4, dtype=torch.float32, unit=False)
+    hq, hk_ = (la.l2_normalize(x) for x in (q, k)) if l2_inside else (q, k)
+    ours = {
+        mode: la.gated_delta_rule(
+            hq, hk_, v, g, beta, mode=mode, chunk_size=4, initial_state=s0,
+            scale=D**-0.5,
+        )
+        for mode in ("recurrent", "chunked")
+    }  # fmt: skip
+    args = [_bhld(x) for x in (q, k, v, g, beta)]
+    kw = dict(
+        initial_state=s0, output_final_state=True, use_qk_l2norm_in_kernel=l2_inside
+    )
+    theirs = {
+        "recurrent": hf.torch_recurrent_gated_delta_rule(*args, **kw),
+        "chunked": hf.torch_chunk_gated_delta_rule(*args, chunk_size=4, **kw),
+    }
+    for mode in ours:
+        for mine, other in ((ours[mode][0], _bhld(theirs[mode][0])), (ours[mode][1], theirs[mode][1])):  # fmt: skip
+            torch.testing.assert_close(
+                mine, other, rtol=0, atol=2e-6
+            )  # measured <= 6e-7
+    # the scale matters: the rule as written (scale 1) is not HF's
+    plain, _ = la.gated_delta_rule(hq, hk_, v, g, beta, initial_state=s0)
+    assert (plain - _bhld(theirs["chunked"][0])).abs().max() > 1e-2
+
+
+def test_transposed_views_are_normal_inputs():
+    q, k, v, g, beta, s0 = _inputs(5)
+    views = [_bhld(_bhld(x).contiguous()) for x in (q, k, v)]  # HF layout, viewed back
+    assert not views[0].is_contiguous()
+    gv, bv = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (g, beta))
+    for mode in ("recurrent", "chunked"):
+        a = la.gated_delta_rule(
+            q, k, v, g, beta, mode=mode, chunk_size=4, initial_state=s0
+        )
+        bb = la.gated_delta_rule(*views, gv, bv, mode=mode, chunk_size=4, initial_state=s0.mT.contiguous().mT)  # fmt: skip
+        torch.testing.assert_close(a, bb, rtol=0, atol=1e-14)
+
+
+def test_deltanet_is_g_zero_and_beta_zero_leaves_the_state():
+    q, k, v, g, beta, s0 = _inputs(6)
+    for mode in ("recurrent", "chunked"):
+        a = la.gated_delta_rule(
+            q, k, v, None, beta, mode=mode, chunk_size=4, initial_state=s0
+        )
+        z = la.gated_delta_rule(q, k, v, torch.zeros_like(g), beta, mode=mode, chunk_size=4, initial_state=s0)  # fmt: skip
+        torch.testing.assert_close(a, z, rtol=0, atol=0)
+        out, state = la.gated_delta_rule(
+            q, k, v, None, torch.zeros_like(beta), mode=mode, chunk_size=5,
+            initial_state=s0,
+        )  # fmt: skip
+        torch.testing.assert_close(state, s0, rtol=0, atol=1e-14)  # nothing written
+        read = q.repeat_interleave(H // HK, dim=1) @ s0  # o_t = M_0^T q_t
+        torch.testing.assert_close(out, read, rtol=0, atol=1e-14)
+    # and the decay alone shrinks the state by exp(sum g)
+    _, state = la.gated_delta_rule(q, k, v, g, torch.zeros_like(beta), initial_state=s0)
+    torch.testing.assert_close(state, s0 * g.sum(-1).exp()[..., None, None])
+
+
+def test_orthonormal_keys_store_and_overwrite_exactly():
+    """alpha = 1, beta = 1, orthonormal keys: the state retrieves each stored value
+    exactly, and writing a key again replaces its value (linear attention would add)."""
+    d, dv = 8, 5
+    gen = torch.Generator().manual_seed(7)
+    keys = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=F64))[0].T  # rows
+    order = [0, 1, 2, 3, 4, 5, 6, 7, 2, 5]  # keys 2 and 5 written twice
+    k = keys[order][None, None]  # (1, 1, 10, D)
+    v = torch.randn(1, 1, len(order), dv, generator=gen, dtype=F64)
+    ones = torch.ones(1, 1, len(order), dtype=F64)
+    for mode in ("recurrent", "chunked"):
+        _, state = la.gated_delta_rule(k, k, v, None, ones, mode=mode, chunk_size=3)
+        read = keys @ state[0, 0]  # M^T key_i for every key, (D, Dv)
+        last = {key: v[0, 0, t] for t, key in enumerate(order)}
+        expected = torch.stack([last[i] for i in range(d)])
+        torch.testing.assert_close(read, expected, rtol=0, atol=1e-13)
+    # the linear-attention state (sum of k v^T) holds v_2 + v_8 for key 2 instead
+    added = (k[0, 0].T @ v[0, 0])[None]
+    assert ((keys @ added[0])[2] - expected[2]).abs().max() > 1e-2
+
+
+def test_one_step_is_gradient_descent_on_the_regression_loss():
+    """alpha = 1: M_t = M - beta * grad_M 1/2 ||M^T k - v||^2 (online regression)."""
+    q, k, v, _, beta, s0 = _inputs(8, length=1, hk=H)
+    m = s0.clone().requires_grad_(True)
+    loss = 0.5 * ((m.mT @ k[..., 0, :, None])[..., 0] - v[..., 0, :]).pow(2).sum()
+    (grad,) = torch.autograd.grad(loss, m)
+    descent = s0 - beta[..., 0, None, None] * grad
+    for mode in ("recurrent", "chunked"):
+        _, state = la.gated_delta_rule(q, k, v, None, beta, mode=mode, initial_state=s0)
+        torch.testing.assert_close(state, descent, rtol=0, atol=1e-14)
+
+
+def test_low_precision_input_computes_in_float32():
+    q, k, v, g, beta, s0 = _inputs(9, dtype=torch.bfloat16)
+    out, state = la.gated_delta_rule(q, k, v, g, beta, initial_state=s0, chunk_size=4)
+    assert out.dtype == torch.bfloat16 and state.dtype == torch.float32
+    ref, _ = la.gated_delta_rule(*[x.double() for x in (q, k, v, g, beta)], initial_state=s0.double())  # fmt: skip
+    assert (out.double() - ref).abs().max() < 3e-2  # bf16 rounding of the output
+
+
+# ---- Qwen3-Next's convolution, L2 norm and output gate ----------------------------------
+
+
+def test_causal_conv1d_steps_equal_the_full_form_and_hugging_face():
+    gen = torch.Generator().manual_seed(10)
+    b, length, ch, kk = 2, 9, 6, 4
+    x = torch.randn(b, length, ch, generator=gen)
+    w = torch.randn(ch, kk, generator=gen)
+    full, state = la.causal_conv1d(x, w)
+    # nn.Conv1d as Qwen3-Next's layer holds it (padding K - 1, keep the first L)
+    conv = torch.nn.Conv1d(ch, ch, kk, groups=ch, padding=kk - 1, bias=False)
+    conv.weight.data.copy_(w[:, None])
+    with torch.no_grad():
+        ref = F.silu(conv(x.transpose(1, 2))[..., :length]).transpose(1, 2)
+    torch.testing.assert_close(full, ref, rtol=0, atol=1e-6)
+    torch.testing.assert_close(state, x[:, -(kk - 1) :])
+    hf_full = hf.causal_conv1d_fn(x.transpose(1, 2), w, None, activation="silu")
+    torch.testing.assert_close(full, hf_full.transpose(1, 2), rtol=0, atol=1e-6)
+    # one step at a time (a prefill of 4, then single tokens), ours and HF's update
+    head, st = la.causal_conv1d(x[:, :4], w)
+    hf_state = torch.zeros(b, ch, kk)  # HF's cache keeps K columns
+    hf_out = [
+        hf.causal_conv1d_update(x[:, :4].transpose(1, 2), hf_state, w, None, "silu")
+    ]
+    steps = [head]
+    for t in range(4, length):
+        y, st = la.causal_conv1d(x[:, t : t + 1], w, st)
+        steps.append(y)
+        hf_out.append(hf.causal_conv1d_update(x[:, t : t + 1].transpose(1, 2), hf_state, w, None, "silu"))  # fmt: skip
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        torch.cat(hf_out, 2).transpose(1, 2), full, rtol=0, atol=1e-6
+    )
+    torch.testing.assert_close(st, hf_state[..., 1:].transpose(1, 2))
+    plain, _ = la.causal_conv1d(x, w, activation=None)
+    torch.testing.assert_close(F.silu(plain), full)
+
+
+def test_gated_rms_norm_and_l2_normalize_equal_hugging_face():
+    gen = torch.Generator().manual_seed(11)
+    x, z = (torch.randn(3, 5, 16, generator=gen) * 3 for _ in range(2))
+    norm = hf.Qwen3NextRMSNormGated(16, eps=1e-6)
+    norm.weight.data.copy_(torch.randn(16, generator=gen))
+    for dtype in (torch.float32, torch.bfloat16):
+        xd, zd = x.to(dtype), z.to(dtype)
+        with torch.no_grad():
+            ref = norm.to(dtype)(xd, zd)
+        out = la.gated_rms_norm(xd, zd, norm.weight.detach(), eps=1e-6)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(la.l2_normalize(x), hf.l2norm(x), rtol=0, atol=0)
+    # eps inside the root, not F.normalize's max(||x||, eps): they differ on a small vector
+    small = torch.full((1, 4), 1e-4)
+    assert (la.l2_normalize(small) - F.normalize(small, dim=-1)).abs().max() > 0.1
+
+
+# ---- bad input -------------------------------------------------------------------------
+
+_q, _k, _v, _g, _b, _s = _inputs(0, dtype=torch.float32)
+_x, _w = torch.randn(2, 5, 6), torch.randn(6, 4)
+
+BAD_INPUTS = [
+    ("linear_attention", lambda: la.linear_attention(_q.long(), _k, _v), TypeError, r"^query must be a floating-point tensor"),
+    ("linear_attention", lambda: la.linear_attention(_q, _k.double(), _q), TypeError, r"^key must have query's dtype"),
+    ("linear_attention", lambda: la.linear_attention(_q, _k, _v[..., :3, :]), ValueError, r"^key and value must have the same length"),
+    ("linear_attention", lambda: la.linear_attention(_q, _k[..., :4, :], _k[..., :4, :]), ValueError, r"^query and key must have the same length when causal"),
+    ("linear_attention", lambda: la.linear_attention(_q, _k, _k, feature_map="softmax"), ValueError, r"^feature_map must be one of 'elu1'"),
+    ("linear_attention", lambda: la.linear_attention(_q, _k, _k, feature_map=3), TypeError, r"^feature_map must be callable"),
+    ("linear_attention", lambda: la.linear_attention(_q, _k, _k, causal=1), TypeError, r"^causal must be a bool"),
+    ("linear_attention", lambda: la.linear_attention(_q, _k, _k, mode="chunked"), ValueError, r"^mode must be one of 'parallel', 'recurrent'"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q[0], _k, _v, _g, _b), ValueError, r"^query must have 4 dimensions \(B, Hk, L, D\)"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k.half(), _v, _g, _b), TypeError, r"^key must have query's dtype"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k[:, :, :5], _v, _g, _b), ValueError, r"^key must have shape \(query's shape\)"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k, _v[:, :3], _g[:, :3], _b[:, :3]), ValueError, r"^value's heads must be a positive multiple of query's heads \(Hk = 2\)"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k, _v[:, :, :5], _g, _b), ValueError, r"^query and value must have the same length \(L\) size"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k, _v, _g[:, :2], _b), ValueError, r"^g must have shape \(B, H, L\) \(2, 4, 13\)"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k, _v, -_g, _b), ValueError, r"^g must be <= 0 everywhere"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k, _v, _g, _b.long()), TypeError, r"^beta must be a floating-point tensor"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k, _v, _g, _b, chunk_size=0), ValueError, r"^chunk_size must be a positive int, got 0"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k, _v, _g, _b, chunk_size=4.0), TypeError, r"^chunk_size must be an int"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k, _v, _g, _b, mode="parallel"), ValueError, r"^mode must be one of 'recurrent', 'chunked'"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k, _v, _g, _b, initial_state=_s.mT), ValueError, r"^initial_state must have shape \(B, H, D, Dv\) \(2, 4, 8, 6\)"),
+    ("gated_delta_rule", lambda: la.gated_delta_rule(_q, _k, _v, _g, _b, scale="1"), TypeError, r"^scale must be a real number"),
+    ("l2_normalize", lambda: la.l2_normalize([1.0, 2.0]), TypeError, r"^x must be a torch.Tensor"),
+    ("l2_normalize", lambda: la.l2_normalize(_q, eps=-1.0), ValueError, r"^eps must be a real number >= 0"),
+    ("causal_conv1d", lambda: la.causal_conv1d(_x[0], _w), ValueError, r"^x must have 3 dimensions \(B, L, C\)"),
+    ("causal_conv1d", lambda: la.causal_conv1d(_x, _w[:5]), ValueError, r"^x and weight must have the same channel \(C\) size"),
+    ("causal_conv1d", lambda: la.causal_conv1d(_x, _w[:, :0]), ValueError, r"^weight must have a positive kernel size K"),
+    ("causal_conv1d", lambda: la.causal_conv1d(_x, _w, torch.zeros(2, 4, 6)), ValueError, r"^state must have shape \(B, K - 1, C\) \(2, 3, 6\)"),
+    ("causal_conv1d", lambda: la.causal_conv1d(_x, _w, activation="gelu"), ValueError, r"^activation must be one of 'silu'"),
+    ("gated_rms_norm", lambda: la.gated_rms_norm(_x, _x[:, :4], _w[:, 0]), ValueError, r"^gate must have shape \(x's shape\)"),
+    ("gated_rms_norm", lambda: la.gated_rms_norm(_x, _x, torch.ones(5)), ValueError, r"^x and weight must have the same feature \(D\) size"),
+    ("gated_rms_norm", lambda: la.gated_rms_norm(_x, _x.long(), _w[:, 0]), TypeError, r"^gate must be a floating-point tensor"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "thunk", "exc", "match"), BAD_INPUTS)
+def test_bad_input_raises_before_any_computation(name, thunk, exc, match):
+    with pytest.raises(exc, match=match):
+        thunk()
