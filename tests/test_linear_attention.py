@@ -20,6 +20,8 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from companion import linear_attention as la
 
@@ -147,6 +149,23 @@ def test_chunked_equals_recurrent_and_the_papers_loop_float64(chunk_size):
     loop, s_loop = _delta_rule_loop(q, k, v, g, beta, s0, scale=0.7)
     torch.testing.assert_close(rec, loop, rtol=0, atol=1e-12)
     torch.testing.assert_close(s_rec, s_loop, rtol=0, atol=1e-12)  # stored as S^T
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    length=st.integers(1, 12),
+    chunk=st.integers(1, 8),
+    group=st.sampled_from([(1, 1), (1, 3), (2, 2)]),
+    seed=st.integers(0, 2**16),
+)
+def test_chunked_equals_recurrent_for_random_lengths_chunks_and_heads(
+    length, chunk, group, seed
+):
+    hk, h = group[0], group[0] * group[1]
+    q, k, v, g, beta, s0 = _inputs(seed, b=1, hk=hk, h=h, length=length, d=3, dv=2)
+    rec = la.gated_delta_rule(q, k, v, g, beta, mode="recurrent", initial_state=s0)
+    chk = la.gated_delta_rule(q, k, v, g, beta, chunk_size=chunk, initial_state=s0)
+    torch.testing.assert_close(chk, rec, rtol=0, atol=1e-12)
 
 
 def test_float32_within_the_measured_bound():
