@@ -9,7 +9,8 @@ RoPE in the ``"half"`` layout) and changes three things, read from Hugging Face'
   Face's convention as :mod:`companion.masks` states it; the parent's rolling cache).
   RoPE is the published YaRN (``rope_type="yarn"``, factor 32 over 4096 positions,
   ``truncate=False``, attention factor :math:`0.1 \ln 32 + 1` on the cosines and
-  sines), the book's ``yarn`` path; q, k, v and o have biases (``attention_bias``).
+  sines), the book's ``yarn`` path; any other type of ``companion.decoder.ROPE_TYPES``
+  is copied as in every family; q, k, v and o have biases (``attention_bias``).
 * **A learned sink logit per head**: the softmax of each row gets one more column,
   :math:`\sigma_h`, dropped after it, so a query may attend to "nothing"
   (:func:`companion.masks.attention_with_sinks`, the one home of that math):
@@ -37,7 +38,7 @@ the attention step (the sink column) and the MLP step (the experts); the norms,
 residuals, masks, embeddings, RoPE table and cache are the parent's. The config's
 ``hidden_act`` is not read (Hugging Face's experts use the clamped SwiGLU whatever it
 says). Refused by name: a quantized checkpoint (``quantization_config``), a RoPE type
-other than ``yarn``, layer types other than ``full_attention`` and
+not in ``companion.decoder.ROPE_TYPES``, layer types other than ``full_attention`` and
 ``sliding_attention``, sliding layers without a window, cross-attention.
 """
 
@@ -321,12 +322,6 @@ def _spec_gpt_oss(model: nn.Module) -> dict[str, Any]:
         swiglu_alpha=c.swiglu_alpha,
         swiglu_limit=c.swiglu_limit,
     )
-    kind = fields["rope"]["rope_type"]
-    if kind != "yarn":
-        raise unsupported(
-            f"rope_type {kind!r} in a GPT-OSS model (the copy matches the published "
-            "'yarn')"
-        )
     return fields
 
 
