@@ -26,6 +26,7 @@ SCHEMES = ("none", "sinusoidal", "rope", "alibi")
 BUDGETS = capstone.CAPSTONE_BUDGETS  # per scheme: the larger gives the results
 FULL = {s: max(b) for s, b in BUDGETS.items()}
 HALF = {s: min(b) for s, b in BUDGETS.items()}
+COMMON = min(FULL.values())  # every scheme at the same budget (review R5-2)
 L0 = capstone.CAPSTONE_TASK["length"]  # 16
 LAG = capstone.CAPSTONE_TASK["lag"]  # 2
 EVAL = capstone.CAPSTONE_EVAL_LENGTH  # 64
@@ -79,6 +80,7 @@ def schemes() -> dict:
         "hi": {s: a.max(dim=0).values for s, a in full.items()},
         "mean": {s: a.mean(dim=0) for s, a in full.items()},
         "half": {s: band[s, HALF[s]].mean(dim=0) for s in SCHEMES},
+        "same": {s: band[s, COMMON] for s in SCHEMES},  # (seeds, bands)
     }
 
 
@@ -131,6 +133,8 @@ def test_sinusoidal_fails_past_the_training_length(schemes: dict) -> None:
     hi, mean = schemes["hi"], schemes["mean"]
     assert hi["sinusoidal"][TO_2X] < 0.5 and hi["sinusoidal"][TO_4X] < 0.3
     assert mean["sinusoidal"][TO_4X] < mean["none"][TO_4X] + 0.05
+    same = schemes["same"]  # and with both at the same budget
+    assert same["sinusoidal"][:, TO_4X].mean() < same["none"][:, TO_4X].mean() + 0.05
 
 
 def test_rope_is_perfect_to_twice_the_length_and_fails_after(schemes: dict) -> None:
@@ -181,6 +185,10 @@ def test_alibi_degrades_least_past_twice_and_learns_slowest(schemes: dict) -> No
     assert lo["alibi"][TO_4X] > 0.8
     for s in ("none", "sinusoidal", "rope"):
         assert lo["alibi"][TO_4X] > hi[s][TO_4X], s
+    assert all(COMMON in BUDGETS[s] for s in SCHEMES)
+    same = schemes["same"]  # every scheme at the same budget: not ALiBi's extra steps
+    for s in ("none", "sinusoidal", "rope"):
+        assert same["alibi"][:, TO_4X].min() > same[s][:, TO_4X].max(), s
     assert hi["alibi"][TO_2X] < lo["rope"][TO_2X]
     first_below = {
         s: [
@@ -192,6 +200,16 @@ def test_alibi_degrades_least_past_twice_and_learns_slowest(schemes: dict) -> No
     fast = first_below["sinusoidal"] + first_below["rope"]
     assert None not in fast
     assert all(n is None or n > max(fast) for n in first_below["alibi"])
+    first_same = {  # the same, every scheme with the same schedule
+        s: [
+            capstone.first_step_below(c, 0.5)
+            for c in schemes["results"][s, COMMON].losses
+        ]
+        for s in ("sinusoidal", "rope", "alibi")
+    }
+    fast_same = first_same["sinusoidal"] + first_same["rope"]
+    assert None not in fast_same
+    assert all(n is None or n > max(fast_same) for n in first_same["alibi"])
     for s in ("rope", "sinusoidal"):
         assert hi["alibi"][TRAINED] < lo[s][TRAINED], s
     assert (mean["alibi"] > half["alibi"]).all()
