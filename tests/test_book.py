@@ -685,3 +685,34 @@ def test_bibliography_keeps_arxiv_ids_in_eprint_only() -> None:
             if re.search(r"arXiv:\s*\d{4}\.\d{4,5}", value):
                 stray.append(f"{key.group(1) if key else '?'}: {field}")
     assert not stray, f"arXiv ids outside the eprint field (render unlinked): {stray}"
+
+
+def test_every_listing_names_a_file_and_an_object_that_exist() -> None:
+    """A ``literalinclude`` of a chapter shows code from its file: the file exists and,
+    with ``:pyobject:``, holds that function, class or ``Class.method`` (a module split
+    moved the appendix's kernels out of the file its listings named; only the book
+    build with -n -W saw it)."""
+    import ast
+
+    pattern = re.compile(r"```\{literalinclude\}\s+(\S+)\s*\n(?::pyobject:\s*(\S+))?")
+    problems, found = [], 0
+    for page in sorted([*BOOK.glob("*.ipynb"), *BOOK.glob("*.md")]):
+        text = page.read_text(encoding="utf-8")
+        if page.suffix == ".ipynb":
+            text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"])
+        for target, name in pattern.findall(text):
+            found += 1
+            path = (BOOK / target).resolve()
+            if not path.is_file():
+                problems.append(f"{page.name}: {target} does not exist")
+                continue
+            scope = ast.parse(path.read_text(encoding="utf-8")).body
+            kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            for part in name.split(".") if name else []:  # "Class.method", as Sphinx
+                match = [n for n in scope if isinstance(n, kinds) and n.name == part]
+                if not match:
+                    problems.append(f"{page.name}: {target} has no {name}")
+                    break
+                scope = match[0].body
+    assert found >= 5, found  # the pattern still reads the book's listings
+    assert not problems, problems
