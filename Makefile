@@ -26,6 +26,11 @@ NOTEBOOKS     = $(sort $(wildcard book/*.ipynb))
 # `make test JOBS=8` on a larger machine. Each runs its torch on one thread (two processes
 # on two threads each would fight over 2 cores).
 JOBS ?= 2
+# torch 2.13's cache of compiled kernels (Inductor's, in the temporary folder) does not key on
+# ATEN_CPU_CAPABILITY: a kernel compiled for AVX2, reused under ATEN_CPU_CAPABILITY=default (a
+# variant of make claims, and of a whole make test), no longer compiles ("'at::vec' has not been
+# declared"). So one cache per capability, unless the caller chose one.
+export TORCHINDUCTOR_CACHE_DIR ?= $(or $(TMPDIR),/tmp)/torchinductor_$(shell id -un)_$(or $(ATEN_CPU_CAPABILITY),native)
 # The chapters that train first, so that under JOBS=2 the two long ones start at once and
 # the short ones fill in around them.
 SLOW_NOTEBOOKS = book/07_tiny_transformer.ipynb book/04_relative_positions.ipynb \

@@ -71,6 +71,13 @@ def run_variant(
         and "OMP_NUM_THREADS" not in VARIANTS[name]
     ):
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    # torch 2.13's Inductor cache ignores the capability (see the Makefile)
+    capability = VARIANTS[name].get("ATEN_CPU_CAPABILITY")
+    if capability:
+        base = env.get("TORCHINDUCTOR_CACHE_DIR") or str(
+            Path(tempfile.gettempdir()) / "torchinductor"
+        )
+        env["TORCHINDUCTOR_CACHE_DIR"] = f"{base}_{capability}"
     safe = name.replace("+", "plus").replace("-", "minus")  # jitter +1e-7 vs -1e-7
     report = out_dir / (re.sub(r"\W+", "_", safe) + ".xml")
     command = [
