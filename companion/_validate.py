@@ -545,3 +545,15 @@ def padding_mask(name: str, value: object) -> Tensor:
             f"[{int(value.min())}, {int(value.max())}]"
         )
     return value.bool()
+
+
+def fixed_fields(spec: object, fixed: dict[str, tuple[Any, str]], owner: str) -> None:
+    """A family's spec fields that must hold one value: ``fixed`` maps a field to
+    ``(expected, why)``; the first that differs raises ``"<field> must be <expected>
+    in <owner> (<why>), got <value>"`` (``owner``, e.g. ``"an MLASpec"``)."""
+    for name, (expected, why) in fixed.items():
+        got = getattr(spec, name)
+        if got != expected:
+            raise ValueError(
+                f"{name} must be {expected!r} in {owner} ({why}), got {got!r}"
+            )

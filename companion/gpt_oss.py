@@ -198,12 +198,7 @@ def _check_gpt_oss(spec: GptOssSpec) -> None:
         "nope_layers": ((), "RoPE in every layer"),
         "local_rope": ({}, "one RoPE table"),
     }
-    for name, (expected, why) in fixed.items():
-        got = getattr(spec, name)
-        if got != expected:
-            raise ValueError(
-                f"{name} must be {expected!r} in a GptOssSpec ({why}), got {got!r}"
-            )
+    _validate.fixed_fields(spec, fixed, "a GptOssSpec")
 
 
 # ---- the layer -----------------------------------------------------------------------

@@ -255,12 +255,7 @@ def _check_llama4(spec: Llama4Spec) -> None:
         "block_norms": ("pre", "pre-norm"),
         "sliding_window": (0, "chunks, not sliding windows"),
     }
-    for name, (expected, why) in fixed.items():
-        got = getattr(spec, name)
-        if got != expected:
-            raise ValueError(
-                f"{name} must be {expected!r} in a Llama4Spec ({why}), got {got!r}"
-            )
+    _validate.fixed_fields(spec, fixed, "a Llama4Spec")
 
 
 # ---- the layer -----------------------------------------------------------------------

@@ -212,12 +212,7 @@ def _check_mla(spec: MLASpec) -> None:
         "residual_from_norm": (False, "the residual adds the block's input"),
         "embedding_norm": (False, "no norm after the embedding"),
     }
-    for name, (expected, why) in fixed.items():
-        got = getattr(spec, name)
-        if got != expected:
-            raise ValueError(
-                f"{name} must be {expected!r} in an MLASpec ({why}), got {got!r}"
-            )
+    _validate.fixed_fields(spec, fixed, "an MLASpec")
     v.choice("rope['rope_type']", spec.rope.get("rope_type"), MLA_ROPE_TYPES)
     _check_moe(spec, put)
 
