@@ -573,6 +573,16 @@ def spec_phi3(model: nn.Module) -> dict[str, Any]:
 # ---- copying the weights -------------------------------------------------------------
 
 
+def copy_tensor(dst: Tensor, src: Tensor) -> None:
+    """A parameter or buffer copied, refusing a shape ``copy_`` would broadcast."""
+    if dst.shape != src.shape:
+        raise ValueError(
+            f"model's weights must fit the spec: a tensor of shape {tuple(src.shape)} "
+            f"goes where the copy holds {tuple(dst.shape)}"
+        )
+    dst.copy_(src)
+
+
 def copy_weight(
     dst: nn.Linear | nn.Module, weight: Tensor, bias: Tensor | None = None
 ) -> None:

@@ -58,6 +58,7 @@ from companion.families import (
     copy_linear,
     copy_norm,
     copy_output,
+    copy_tensor,
     copy_weight,
     unsupported,
 )
@@ -320,16 +321,6 @@ def _spec_gpt_oss(model: nn.Module) -> dict[str, Any]:
     return fields
 
 
-def _copy_tensor(dst: Tensor, src: Tensor) -> None:
-    """A parameter copied, refusing a shape ``copy_`` would broadcast."""
-    if dst.shape != src.shape:
-        raise ValueError(
-            f"model's weights must fit the spec: a tensor of shape {tuple(src.shape)} "
-            f"goes where the copy holds {tuple(dst.shape)}"
-        )
-    dst.copy_(src)
-
-
 def _load_gpt_oss(dst: Decoder, model: nn.Module) -> None:
     """GPT-OSS's weights: Llama's names, each attention's ``sinks``, and each layer's
     router and fused experts (with biases), copied in Hugging Face's layout."""
@@ -340,13 +331,13 @@ def _load_gpt_oss(dst: Decoder, model: nn.Module) -> None:
         copy_norm(block.norm1, layer.input_layernorm)
         copy_norm(block.norm2, layer.post_attention_layernorm)
         copy_linear(block, layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj"))
-        _copy_tensor(block.sinks, layer.self_attn.sinks)
+        copy_tensor(block.sinks, layer.self_attn.sinks)
         router, experts = layer.mlp.router, layer.mlp.experts
         copy_weight(block.router, router.weight, router.bias)
-        _copy_tensor(block.experts_gate_up, experts.gate_up_proj)
-        _copy_tensor(block.experts_gate_up_bias, experts.gate_up_proj_bias)
-        _copy_tensor(block.experts_down, experts.down_proj)
-        _copy_tensor(block.experts_down_bias, experts.down_proj_bias)
+        copy_tensor(block.experts_gate_up, experts.gate_up_proj)
+        copy_tensor(block.experts_gate_up_bias, experts.gate_up_proj_bias)
+        copy_tensor(block.experts_down, experts.down_proj)
+        copy_tensor(block.experts_down_bias, experts.down_proj_bias)
     copy_output(dst, model)
 
 

@@ -72,6 +72,7 @@ from companion.families import (
     copy_linear,
     copy_norm,
     copy_output,
+    copy_tensor,
     copy_weight,
     rope_parameters,
     rotary_dim,
@@ -467,16 +468,6 @@ def _spec_llama4(model: nn.Module) -> dict[str, Any]:
     )
 
 
-def _copy_tensor(dst: Tensor, src: Tensor) -> None:
-    """A parameter copied, refusing a shape ``copy_`` would broadcast."""
-    if dst.shape != src.shape:
-        raise ValueError(
-            f"model's weights must fit the spec: a tensor of shape {tuple(src.shape)} "
-            f"goes where the copy holds {tuple(dst.shape)}"
-        )
-    dst.copy_(src)
-
-
 def _load_llama4(dst: Decoder, model: nn.Module) -> None:
     """Llama 4's weights: Llama's names, the MLP under ``feed_forward``; an expert
     layer's router, fused experts (copied in Hugging Face's layout) and shared expert."""
@@ -497,8 +488,8 @@ def _load_llama4(dst: Decoder, model: nn.Module) -> None:
             )
         if block.moe:
             copy_weight(block.router, ff.router.weight)
-            _copy_tensor(block.experts_gate_up, ff.experts.gate_up_proj)
-            _copy_tensor(block.experts_down, ff.experts.down_proj)
+            copy_tensor(block.experts_gate_up, ff.experts.gate_up_proj)
+            copy_tensor(block.experts_down, ff.experts.down_proj)
             ff = ff.shared_expert
         copy_linear(block, ff, ("gate_proj", "up_proj", "down_proj"))
     copy_output(dst, model)

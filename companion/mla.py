@@ -78,6 +78,7 @@ from companion.families import (
     copy_linear,
     copy_norm,
     copy_output,
+    copy_tensor,
     rope_parameters,
     unsupported,
 )
@@ -833,16 +834,6 @@ def _spec_deepseek_v3(model: nn.Module) -> dict[str, Any]:
     )
 
 
-def _copy_tensor(dst: Tensor, src: Tensor) -> None:
-    """A parameter or buffer copied, refusing a shape ``copy_`` would broadcast."""
-    if dst.shape != src.shape:
-        raise ValueError(
-            f"model's weights must fit the spec: a tensor of shape {tuple(src.shape)} "
-            f"goes where the copy holds {tuple(dst.shape)}"
-        )
-    dst.copy_(src)
-
-
 def _load_deepseek_v3(dst: Decoder, model: nn.Module) -> None:
     """DeepSeek-V3's weights: every projection and norm copies as it is."""
     base = model.model
@@ -860,10 +851,10 @@ def _load_deepseek_v3(dst: Decoder, model: nn.Module) -> None:
             copy_linear(block, a, ("q_a_proj", "q_b_proj"))
             copy_norm(block.q_a_layernorm, a.q_a_layernorm)
         if block.moe:  # routed experts, their router and bias, the shared experts
-            _copy_tensor(block.router, m.gate.weight)
-            _copy_tensor(block.correction_bias, m.gate.e_score_correction_bias)
-            _copy_tensor(block.experts_gate_up, m.experts.gate_up_proj)
-            _copy_tensor(block.experts_down, m.experts.down_proj)
+            copy_tensor(block.router, m.gate.weight)
+            copy_tensor(block.correction_bias, m.gate.e_score_correction_bias)
+            copy_tensor(block.experts_gate_up, m.experts.gate_up_proj)
+            copy_tensor(block.experts_down, m.experts.down_proj)
             m = m.shared_experts
             if block.gate_proj is None:
                 continue
