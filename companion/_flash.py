@@ -44,10 +44,10 @@ def row_tiles(
     HEAD_DIM: tl.constexpr,
     F32: tl.constexpr,
 ):
-    # rows start .. start + BLOCK of one (batch, head) of two contiguous (B, H, len, D)
-    # tensors read together (k and v, or q and dO): the rows' offsets, which of them are
-    # in range, their rows in (B H len, D), the tile mask, and both tiles (BLOCK, BD),
-    # zero outside the mask, in float32 when F32
+    # rows start .. start + BLOCK of one (batch, head), bh = b heads + head, of two
+    # contiguous (B, heads, len, D) tensors read together (k and v, or q and dO): the
+    # rows' offsets, which of them are in range, their rows in (B heads len, D), the
+    # tile mask, and both tiles (BLOCK, BD), zero outside the mask, in float32 when F32
     offs = start + tl.arange(0, BLOCK)
     ok = offs < length
     rows = bh * length + offs.to(tl.int64)
@@ -67,7 +67,7 @@ def _flash_kernel(
     out_ptr,  # (B, H, L, D), contiguous
     lse_ptr,  # (B, H, L), contiguous
     sinks_ptr,  # (H,) float32 sink logits (natural units), when HAS_SINKS
-    sqb,  # strides of q (batch, head, row, feature); then of k and of v
+    sqb,  # strides of q (batch, head, row, feature); then of k and of v, (B, H_kv, S, D)
     sqh,
     sqm,
     sqd,
@@ -80,6 +80,7 @@ def _flash_kernel(
     svn,
     svd,
     num_heads,  # H
+    group,  # H / H_kv, the query heads that share one KV head (1: one KV head each)
     scale,  # the score scale times log2(e): exp2 is the fast exponential
     q_len,  # L
     k_len,  # S
@@ -96,9 +97,10 @@ def _flash_kernel(
     start_m = tl.program_id(0) * BLOCK_M
     bh = batch_head()  # which (batch, head), b H + h; int64 addresses
     b, h = bh // num_heads, bh % num_heads
+    kv_head = h // group  # grouped-query: heads h of one group read one KV head
     q_ptr += b * sqb + h * sqh
-    k_ptr += b * skb + h * skh
-    v_ptr += b * svb + h * svh
+    k_ptr += b * skb + kv_head * skh
+    v_ptr += b * svb + kv_head * svh
     offs_m = start_m + tl.arange(0, BLOCK_M)  # (BM,) query rows
     offs_d = tl.arange(0, BLOCK_D)  # (BD,) features; those >= D are padding
     d_ok = offs_d < HEAD_DIM
@@ -198,14 +200,15 @@ def _flash_bwd_preprocess(
 
 
 def _flash_bwd_dkdv_kernel(
-    q_ptr,  # q, k, v, dO: contiguous (B, H, L|S, D)
+    q_ptr,  # q, dO: contiguous (B, H, L, D); k, v: contiguous (B, H_kv, S, D)
     k_ptr,
     v_ptr,
     do_ptr,
     lse_ptr,  # (B, H, L) log-sum-exp of the forward (natural log)
     delta_ptr,  # (B, H, L) rowsum(dO * O)
-    dk_ptr,  # (B, H, S, D) outputs, contiguous
+    dk_ptr,  # (B, H_kv, S, D) outputs, contiguous
     dv_ptr,
+    group,  # H / H_kv: the query heads that read this program's KV head
     scale,  # the score scale (natural units)
     q_len,
     k_len,
@@ -216,39 +219,44 @@ def _flash_bwd_dkdv_kernel(
     CAUSAL: tl.constexpr,
     F32: tl.constexpr,
 ):
-    # one program: BLOCK_N keys (and values) of one (batch, head), kept on chip while
-    # every block of queries streams past; grid (S / BLOCK_N, H, B)
+    # one program: BLOCK_N keys (and values) of one (batch, KV head), kept on chip while
+    # every block of queries of each query head of its group streams past; grid
+    # (S / BLOCK_N, H_kv, B). The group's heads are summed one after the other, in the
+    # same order every run: no two programs write to the same place, no atomics
     start_n = tl.program_id(0) * BLOCK_N
-    bh = batch_head()
+    bkv = batch_head()  # b H_kv + (KV head)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     offs_n, n_ok, kv_rows, kv_mask, k, v = row_tiles(
-        k_ptr, v_ptr, start_n, k_len, bh, offs_d, d_ok, BLOCK_N, HEAD_DIM, F32
+        k_ptr, v_ptr, start_n, k_len, bkv, offs_d, d_ok, BLOCK_N, HEAD_DIM, F32
     )
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     # causal: queries before this key block never see it; start at its diagonal block
     start = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0
-    for start_m in range(start, q_len, BLOCK_M):
-        offs_m, m_ok, q_rows, _, q, do = row_tiles(
-            q_ptr, do_ptr, start_m, q_len, bh, offs_d, d_ok, BLOCK_M, HEAD_DIM, F32
-        )
-        lse = tl.load(lse_ptr + q_rows, mask=m_ok, other=0.0) * 1.4426950408889634
-        delta = tl.load(delta_ptr + q_rows, mask=m_ok, other=0.0)
-        # recompute P^T for this tile from the stored log-sum-exp: (BN, BM)
-        st = mm(k, tl.trans(q), F32)  # S^T, (BN, BM)
-        keep = n_ok[:, None] & m_ok[None, :]
-        if CAUSAL:
-            keep = keep & (offs_n[:, None] <= offs_m[None, :])
-        # masked scores to -inf before the exponential: a masked score far above the
-        # row's log-sum-exp would overflow to inf (harmless once masked, but a warning)
-        st = tl.where(keep, st * (scale * 1.4426950408889634), float("-inf"))
-        pt = tl.math.exp2(st - lse[None, :])  # lse is finite: a row sees key 0
-        # dV += P^T dO; dP^T = V dO^T; dS = P * (dP - D); dK += scale dS^T Q
-        dv += mm(pt, do, F32)
-        dpt = mm(v, tl.trans(do), F32)
-        dst = pt * (dpt - delta[None, :])
-        dk += mm(dst, q, F32)
+    for g in range(0, group):
+        bh = bkv * group + g  # b H + h: query head h = (KV head) group + g
+        for start_m in range(start, q_len, BLOCK_M):
+            offs_m, m_ok, q_rows, _, q, do = row_tiles(
+                q_ptr, do_ptr, start_m, q_len, bh, offs_d, d_ok, BLOCK_M, HEAD_DIM, F32
+            )
+            lse = tl.load(lse_ptr + q_rows, mask=m_ok, other=0.0) * 1.4426950408889634
+            delta = tl.load(delta_ptr + q_rows, mask=m_ok, other=0.0)
+            # recompute P^T for this tile from the stored log-sum-exp: (BN, BM)
+            st = mm(k, tl.trans(q), F32)  # S^T, (BN, BM)
+            keep = n_ok[:, None] & m_ok[None, :]
+            if CAUSAL:
+                keep = keep & (offs_n[:, None] <= offs_m[None, :])
+            # masked scores to -inf before the exponential: a masked score far above
+            # the row's log-sum-exp would overflow to inf (harmless once masked, but a
+            # warning)
+            st = tl.where(keep, st * (scale * 1.4426950408889634), float("-inf"))
+            pt = tl.math.exp2(st - lse[None, :])  # lse is finite: a row sees key 0
+            # dV += P^T dO; dP^T = V dO^T; dS = P * (dP - D); dK += scale dS^T Q
+            dv += mm(pt, do, F32)
+            dpt = mm(v, tl.trans(do), F32)
+            dst = pt * (dpt - delta[None, :])
+            dk += mm(dst, q, F32)
     dk = dk * scale
     dk_ptrs = dk_ptr + kv_rows[:, None] * HEAD_DIM + offs_d[None, :]
     dv_ptrs = dv_ptr + kv_rows[:, None] * HEAD_DIM + offs_d[None, :]
@@ -264,6 +272,7 @@ def _flash_bwd_dq_kernel(
     lse_ptr,
     delta_ptr,
     dq_ptr,  # (B, H, L, D) output, contiguous
+    group,  # H / H_kv
     scale,
     q_len,
     k_len,
@@ -274,10 +283,12 @@ def _flash_bwd_dq_kernel(
     CAUSAL: tl.constexpr,
     F32: tl.constexpr,
 ):
-    # one program: BLOCK_M queries (and their dO) on chip, the key blocks streaming past
-    # as in the forward; grid (L / BLOCK_M, H, B)
+    # one program: BLOCK_M queries (and their dO) on chip, the key blocks of its KV head
+    # streaming past as in the forward; grid (L / BLOCK_M, H, B)
     start_m = tl.program_id(0) * BLOCK_M
     bh = batch_head()
+    # its KV head: b H + h = (b H_kv + h // group) group + h % group, as H = H_kv group
+    bkv = bh // group
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     offs_m, m_ok, q_rows, q_mask, q, do = row_tiles(
@@ -289,7 +300,7 @@ def _flash_bwd_dq_kernel(
     end_n = tl.minimum(k_len, start_m + BLOCK_M) if CAUSAL else k_len
     for start_n in range(0, end_n, BLOCK_N):
         offs_n, n_ok, _, _, k, v = row_tiles(
-            k_ptr, v_ptr, start_n, k_len, bh, offs_d, d_ok, BLOCK_N, HEAD_DIM, F32
+            k_ptr, v_ptr, start_n, k_len, bkv, offs_d, d_ok, BLOCK_N, HEAD_DIM, F32
         )
         s = mm(q, tl.trans(k), F32)
         dp = mm(do, tl.trans(v), F32)

@@ -11,7 +11,8 @@ generate its GPU kernels. Each has the same arguments and the same contract as i
   the same kernel rotating by :math:`-m\theta_i`.
 - :func:`flash_attention` is :func:`companion.attention.scaled_dot_product_attention`
   without a mask argument (``is_causal`` only; ``scaled_dot_product_attention(...,
-  backend="triton")``; GPT-OSS's learned sink logits as an option, ``sinks=``), and also
+  backend="triton")``; GPT-OSS's learned sink logits as an option, ``sinks=``; keys and
+  values of fewer heads than the queries for grouped-query attention), and also
   returns the log-sum-exp of every row: each program holds one block of queries in
   on-chip memory and streams the keys and values past it block by block with the online
   softmax of :func:`companion.attention.tiled_attention`, so the
@@ -182,7 +183,7 @@ def _flash_forward(q, k, v, sinks, is_causal, scale, block_m, block_n):
     """The output and the log-sum-exp (the sink's column included when ``sinks``, a
     float32 ``(H,)`` tensor, is given)."""
     b, h, q_len, _ = q.shape
-    k_len = k.shape[2]
+    h_kv, k_len = k.shape[1:3]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous
     lse = torch.empty((b, h, q_len), dtype=torch.float32, device=q.device)
     if q_len == 0 or b * h == 0:
@@ -191,7 +192,8 @@ def _flash_forward(q, k, v, sinks, is_causal, scale, block_m, block_n):
         # with a sink, all the mass is on it: lse = sigma_h
         lse = lse.fill_(float("-inf")) if sinks is None else lse.copy_(sinks[:, None])
         return out.zero_(), lse
-    args = (q, k, v, out, lse, sinks, *q.stride(), *k.stride(), *v.stride(), h)
+    strides = (*q.stride(), *k.stride(), *v.stride())
+    args = (q, k, v, out, lse, sinks, *strides, h, h // h_kv)  # h // h_kv: the group
     _launch(
         _FLASH,
         lambda bm, bn: (triton.cdiv(q_len, bm), h, b),
@@ -224,7 +226,8 @@ def _flash_backward(
     """dQ, dK, dV and the sinks' gradient (``None`` without sinks); a pass that is not
     needed (its inputs need no gradient) is skipped and gives ``None``."""
     b, h, q_len, d = q.shape
-    k_len = k.shape[2]
+    h_kv, k_len = k.shape[1:3]
+    group = h // h_kv if h_kv else 1
     dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if need_dq else None
     dk, dv = (
         (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (k, v))
@@ -266,8 +269,9 @@ def _flash_backward(
     if need_dkdv:
         _launch(
             _FLASH_BWD_DKDV,
-            lambda bm, bn: (triton.cdiv(k_len, bn), h, b),
-            (q, k, v, grad_out, lse, delta, dk, dv, scale, q_len, k_len),
+            # one program per block of keys of one KV head, summing over its group
+            lambda bm, bn: (triton.cdiv(k_len, bn), h_kv, b),
+            (q, k, v, grad_out, lse, delta, dk, dv, group, scale, q_len, k_len),
             block_m,
             block_n,
             CAUSAL=is_causal,
@@ -277,7 +281,7 @@ def _flash_backward(
         _launch(
             _FLASH_BWD_DQ,
             lambda bm, bn: (triton.cdiv(q_len, bm), h, b),
-            (q, k, v, grad_out, lse, delta, dq, scale, q_len, k_len),
+            (q, k, v, grad_out, lse, delta, dq, group, scale, q_len, k_len),
             block_m,
             block_n,
             CAUSAL=is_causal,
@@ -372,6 +376,15 @@ def flash_attention(
     compiled path, the 16-bit products included, has not run on a GPU yet (module
     docstring).
 
+    Grouped-query attention (GQA; multi-query with one KV head): ``key`` and ``value`` may
+    have :math:`H_{kv}` heads, a divisor of ``query``'s :math:`H`; query head :math:`h`
+    reads KV head :math:`\lfloor h / (H / H_{kv}) \rfloor` (Hugging Face's ``repeat_kv``,
+    ``repeat_interleave`` on the head axis; SDPA's ``enable_gqa=True``). The kernels pick
+    the KV head in their address arithmetic: the repeated keys and values are never
+    formed. In the backward, one program per block of keys of a KV head sums the
+    contributions of its group's query heads to dK and dV one head after the other (a
+    fixed order: the same bits every run, no atomics).
+
     Differentiable in ``query``, ``key`` and ``value`` (the output; the log-sum-exp is
     not): the backward is FlashAttention-2's (Dao, 2023). A first kernel computes
     :math:`\Delta_i = \sum_d dO_{id} O_{id}`; a second keeps a block of keys and values on
@@ -413,7 +426,9 @@ def flash_attention(
 
     Args:
         query: queries, float16, bfloat16 or float32.
-        key: keys, same dtype and ``(B, H)`` as ``query``.
+        key: keys, same dtype, batch ``B`` and ``D`` as ``query``; ``H_kv`` heads, a
+            divisor of ``query``'s ``H`` (grouped-query attention; ``H_kv = H`` is
+            plain multi-head attention).
         value: values, same shape as ``key``.
         is_causal: the top-left causal mask ``j <= i`` (as SDPA's ``is_causal``).
         scale: factor on the scores; ``None`` means :math:`1/\sqrt{D}`.
@@ -422,7 +437,7 @@ def flash_attention(
             memory cannot hold the blocks (Triton's ``OutOfResources``), the larger of
             the two is halved until it fits, down to 16 (the same result up to rounding;
             tested with a simulated error, not yet on a GPU).
-        sinks: one sink logit per head, any floating dtype (the kernel reads it in
+        sinks: one sink logit per query head, any floating dtype (the kernel reads it in
             float32; its gradient comes back in its dtype), on ``query``'s device, any
             strides; ``None`` for none.
 
@@ -433,7 +448,7 @@ def flash_attention(
     Shape:
         query: ``(B, H, L, D)``, ``D`` from 1 to 256 (held on chip padded to a power of
         two >= 16: 80 and 96 run as 128; 64 and 128 are the sizes the book measures);
-        key, value: ``(B, H, S, D)``; sinks: ``(H,)``.
+        key, value: ``(B, H_kv, S, D)`` with ``H % H_kv == 0``; sinks: ``(H,)``.
     """
     query = _validate.tensor("query", query, ndim=4, meaning="(B, H, L, D)")
     key = _validate.tensor("key", key, ndim=4, meaning="(B, H, S, D)")
@@ -446,13 +461,15 @@ def flash_attention(
             "query must be float16, bfloat16 or float32, got a tensor of dtype "
             f"{query.dtype}"
         )
-    if key.shape[:2] != query.shape[:2] or value.shape != key.shape:
-        raise ValueError(
-            "query, key and value must share (B, H), and value must have key's shape, "
-            f"got query {tuple(query.shape)}, key {tuple(key.shape)}, value "
-            f"{tuple(value.shape)}"
+    _validate.same_size("key", key, 0, "query", query, 0, "batch (B)")
+    _validate.same_size("key", key, -1, "query", query, -1, "head width D")
+    _validate.shape("value", value, key.shape, "of key (B, H_kv, S, D)")
+    # grouped-query attention: H_kv KV heads, each read by H / H_kv query heads
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if kv_heads or heads:
+        _validate.divisor(
+            "key's head count H_kv", kv_heads, "query's head count H", heads
         )
-    _validate.same_size("query", query, -1, "key", key, -1, "head width D")
     d = query.shape[-1]
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(

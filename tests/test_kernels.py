@@ -741,6 +741,7 @@ def test_a_tiny_model_trains_with_the_triton_backends() -> None:
 _x = torch.randn(1, 2, 4, 8, device=DEVICE)
 _cs = rope_cos_sin(torch.arange(4), rope_frequencies(8, base=10.0), device=DEVICE)
 _q = torch.randn(1, 1, 4, 64, device=DEVICE)
+_gq = torch.randn(2, 4, 3, 8, device=DEVICE)  # (B, H, L, D) = (2, 4, 3, 8)
 _other = "cuda" if DEVICE.type == "cpu" else "cpu"
 
 BAD_INPUTS = [
@@ -880,6 +881,41 @@ BAD_INPUTS = [
         ),
         ValueError,
         r"^sinks must have shape \(H,\) \(1,\), got shape \(2,\)",
+    ),
+    # grouped-query attention (tests/test_kernels_sinks.py): key and value have H_kv heads,
+    # a divisor of query's H; the batch and D are query's; sinks are per query head
+    (
+        "flash_attention",
+        lambda: kernels.flash_attention(_gq, _gq[:, :3], _gq[:, :3]),
+        ValueError,
+        r"^key's head count H_kv must divide query's head count H \(4\), got 3",
+    ),
+    (
+        "flash_attention",
+        lambda: kernels.flash_attention(_gq, _gq[:1, :2], _gq[:1, :2]),
+        ValueError,
+        r"^key and query must have the same batch \(B\) size, got key \(1, 2, 3, 8\)",
+    ),
+    (
+        "flash_attention",
+        lambda: kernels.flash_attention(_gq, _gq[:, :2, :, :4], _gq[:, :2, :, :4]),
+        ValueError,
+        r"^key and query must have the same head width D size",
+    ),
+    (
+        "flash_attention",
+        lambda: kernels.flash_attention(_gq, _gq[:, :2], _gq[:, :1]),
+        ValueError,
+        r"^value must have shape of key \(B, H_kv, S, D\) \(2, 2, 3, 8\), got shape "
+        r"\(2, 1, 3, 8\)",
+    ),
+    (
+        "flash_attention",
+        lambda: kernels.flash_attention(
+            _gq, _gq[:, :2], _gq[:, :2], sinks=torch.zeros(2, device=DEVICE)
+        ),
+        ValueError,
+        r"^sinks must have shape \(H,\) \(4,\), got shape \(2,\)",
     ),
 ]
 

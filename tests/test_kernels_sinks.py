@@ -1,17 +1,22 @@
-"""Learned sinks in the FlashAttention kernels (``flash_attention(..., sinks=...)``, issue 34)
+"""Learned sinks and grouped-query attention in the FlashAttention kernels
+(``flash_attention(..., sinks=...)`` with ``key``/``value`` of ``H_kv`` heads, issue 34)
 against the reference, :func:`companion.masks.attention_with_sinks` (itself equal to Hugging
-Face's GPT-OSS eager attention, tested in ``tests/test_masks.py``), differentiated by float64
-autograd, and against the sink's closed-form gradient :func:`companion.masks.sink_gradient`.
+Face's GPT-OSS eager attention, tested in ``tests/test_masks.py``) on keys and values
+repeated with ``repeat_interleave`` (Hugging Face's ``repeat_kv``: query head ``h`` reads KV
+head ``h // (H // H_kv)``), differentiated by float64 autograd; against torch's SDPA with
+``enable_gqa=True`` where there is no sink; and against the sink's closed-form gradient
+:func:`companion.masks.sink_gradient`.
 
-Without a GPU the kernels run through Triton's interpreter on CPU tensors (small sizes). The
-kernel takes no grouped keys and values (``key`` must have ``query``'s heads), so there is no
-GQA case. The bad inputs for ``sinks`` are in ``tests/test_kernels.py``'s ``BAD_INPUTS``,
-which the contract test reads."""
+Without a GPU the kernels run through Triton's interpreter on CPU tensors (small sizes); it
+takes bfloat16 inputs (loaded, then multiplied in float32), so the bfloat16 test runs there
+too. The bad inputs (``sinks``, grouped heads) are in ``tests/test_kernels.py``'s
+``BAD_INPUTS``, which the contract test reads."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from companion import masks
 
@@ -22,9 +27,14 @@ DEVICE = torch.device("cpu" if kernels.interpreted() else "cuda")
 
 def _reference(q, k, v, sinks, grad_out, is_causal, scale):
     """Float64 autograd through the reference: output, log-sum-exp of the scores with
-    the sink's column, the four gradients, and the log-sum-exp without the sink."""
+    the sink's column, the four gradients, and the log-sum-exp without the sink. Keys
+    and values of ``H_kv < H`` heads are repeated to ``H`` (each KV head once per query
+    head of its group, as Hugging Face's ``repeat_kv``) inside the graph, so their
+    gradients are the sums over each group."""
     ins = [t.detach().double().requires_grad_() for t in (q, k, v, sinks)]
     q64, k64, v64, s64 = ins
+    group = q.shape[1] // k.shape[1]
+    k64, v64 = (t.repeat_interleave(group, dim=1) for t in (k64, v64))
     mask = None
     if is_causal:  # top-left, j <= i, as the kernel's is_causal
         mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device)
@@ -153,3 +163,99 @@ def test_a_row_with_no_key_puts_all_its_mass_on_the_sink() -> None:
         assert g.shape == w.shape and not g.any() and not w.any()
     _, lse_plain = kernels.flash_attention(q, k, v)
     assert torch.isneginf(lse_plain).all()
+
+
+# ---- grouped-query attention: H_kv KV heads, each read by H / H_kv query heads ----------
+
+
+@pytest.mark.parametrize(
+    ("kv_heads", "is_causal", "with_sinks", "q_len", "k_len"),
+    [
+        (1, True, True, 21, 21),  # multi-query: one KV head for all four
+        (2, False, True, 19, 23),
+        (2, True, False, 20, 18),
+        (4, False, False, 17, 19),  # H_kv = H: one KV head each
+    ],
+)
+def test_grouped_query_attention_matches_the_reference(
+    kv_heads, is_causal, with_sinks, q_len, k_len
+) -> None:
+    """Output, log-sum-exp and the gradients of query, key, value (and sinks) with 4 query
+    heads on 1, 2 or 4 KV heads, on transposed inputs (``(B, L, H, D)`` viewed as
+    ``(B, H, L, D)``), lengths that are not a multiple of the 16-row blocks, two batch
+    rows, and distinct sinks per query head (sinks are per query head: the heads of one
+    group get different ones). dK and dV of a KV head are the sums over its group's query
+    heads. Without sinks, torch's SDPA with ``enable_gqa=True`` is a second oracle."""
+    gen = torch.Generator().manual_seed(340 + kv_heads)
+    b, h, d, scale = 2, 4, 16, 0.4
+    q = torch.randn(b, q_len, h, d, generator=gen).transpose(1, 2).to(DEVICE)
+    k = torch.randn(b, k_len, kv_heads, d, generator=gen).transpose(1, 2).to(DEVICE)
+    v = torch.randn(b, kv_heads, k_len, d, generator=gen).to(DEVICE)
+    sinks = torch.tensor([-2.0, 1.0, 0.0, 2.5], device=DEVICE)
+    # (one KV head transposed is contiguous by torch's rule: its head stride is unused)
+    assert not q.is_contiguous() and (kv_heads == 1 or not k.is_contiguous())
+    ins = [t.requires_grad_() for t in (q, k, v, sinks)]
+    out, lse = kernels.flash_attention(
+        *ins[:3],
+        is_causal=is_causal,
+        scale=scale,
+        block_m=16,
+        block_n=16,
+        sinks=ins[3] if with_sinks else None,
+    )
+    assert out.shape == (b, h, q_len, d)
+    grad_out = torch.randn(out.shape, generator=gen).to(DEVICE)
+    got = torch.autograd.grad(out, ins if with_sinks else ins[:3], grad_out)
+    # no sink: a sink of -inf takes no mass, and the reference's sink gradient is 0
+    ref_sinks = sinks if with_sinks else torch.full((h,), float("-inf"), device=DEVICE)
+    want_out, want_lse, want, _ = _reference(
+        q, k, v, ref_sinks, grad_out, is_causal, scale
+    )
+    assert _err(out, want_out) < 2e-6, _err(out, want_out)
+    assert _err(lse, want_lse) < 2e-6, _err(lse, want_lse)
+    for name, g, w in zip(("query", "key", "value", "sinks"), got, want, strict=False):
+        assert g.shape == w.shape and g.dtype == torch.float32
+        assert _err(g, w) < 2e-5, (name, _err(g, w))
+    if not with_sinks:  # the second oracle: torch's own grouped-query attention
+        ins64 = [t.detach().double().requires_grad_() for t in ins[:3]]
+        sdpa = F.scaled_dot_product_attention(
+            *ins64, is_causal=is_causal, scale=scale, enable_gqa=True
+        )
+        sdpa_grads = torch.autograd.grad(sdpa, ins64, grad_out.double())
+        assert _err(out, sdpa) < 2e-6, _err(out, sdpa)
+        for name, g, w in zip("qkv", got, sdpa_grads, strict=True):
+            assert _err(g, w) < 2e-5, (name, _err(g, w))
+
+
+def test_grouped_query_attention_in_bfloat16() -> None:
+    """bfloat16 inputs (8 significant bits), two query heads per KV head, causal, with
+    sinks: output and gradients against float64 autograd of the reference on the same
+    (bfloat16-rounded) inputs. Under the interpreter the kernel loads bfloat16, multiplies
+    and sums in float32 and converts to bfloat16 on store (by truncation: one bfloat16 ulp,
+    up to 2^-7 of the value); the backward starts from that rounded output (its
+    Delta = rowsum(dO * O)), so the gradients err a little more. Bound: each tensor's
+    largest error under 2^-6 times its largest |reference| (two ulps of 2^-7 at the top
+    binade); measured (interpreter, CPU): 4.4e-3 for the output, 6.8e-3 for dQ (the
+    largest), against 2e-7 to 7e-7 in float32 on the test above's inputs; the log-sum-exp
+    stays float32 (error 3e-7, bound 2e-6)."""
+    gen = torch.Generator().manual_seed(3416)
+    b, h, kv_heads, length, d = 1, 4, 2, 20, 16
+    q, k, v = (
+        torch.randn(b, n, length, d, generator=gen).to(DEVICE, torch.bfloat16)
+        for n in (h, kv_heads, kv_heads)
+    )
+    sinks = torch.tensor([-1.0, 0.5, 1.5, -0.5], device=DEVICE)
+    ins = [t.requires_grad_() for t in (q, k, v, sinks)]
+    out, lse = kernels.flash_attention(
+        *ins[:3], is_causal=True, block_m=16, block_n=16, sinks=ins[3]
+    )
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    grad_out = torch.randn(out.shape, generator=gen).to(DEVICE, torch.bfloat16)
+    got = torch.autograd.grad(out, ins, grad_out)
+    assert [g.dtype for g in got] == [torch.bfloat16] * 3 + [torch.float32]
+    want_out, want_lse, want, _ = _reference(q, k, v, sinks, grad_out, True, d**-0.5)
+    assert _err(lse, want_lse) < 2e-6, _err(lse, want_lse)
+    names = ("output", "query", "key", "value", "sinks")
+    for name, g, w in zip(names, (out, *got), (want_out, *want), strict=True):
+        rel = _err(g, w) / w.abs().max().item()
+        assert rel < 2**-6, (name, rel)
