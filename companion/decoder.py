@@ -82,7 +82,9 @@ of :mod:`companion.families`, where each is an entry), ``HYBRID_PORTS`` there th
 hybrids, ``GEMMA4_PORTS`` Gemma 4's text model, and ``companion.mla.PORTS``
 (DeepSeek-V3's multi-head latent attention) is looked up after it, then
 ``companion.llama4.PORTS`` (Llama 4's text model) and ``companion.gpt_oss.PORTS``
-(GPT-OSS: sliding and full layers, YaRN, sinks, experts). What the copy does
+(GPT-OSS: sliding and full layers, YaRN, sinks, experts), then
+``companion.qwen3_next.PORTS`` (Qwen3-Next: Gated DeltaNet and gated attention layers,
+experts, a state cache). What the copy does
 not implement raises :class:`ValueError` naming it: other architectures without a port,
 sliding windows outside the families above, RoPE types other than the six of
 ``ROPE_TYPES``, a LongRoPE config whose two training lengths (``rope_parameters`` key
@@ -103,7 +105,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from companion import _validate, families, gpt_oss, llama4, mla
+from companion import _validate, families, gpt_oss, llama4, mla, qwen3_next
 from companion._architecture import ACTIVATIONS as ACTIVATIONS  # re-exported
 from companion._architecture import ROPE_TYPES as ROPE_TYPES  # (chapters read them)
 from companion._architecture import (
@@ -141,7 +143,7 @@ def _find_port(model: nn.Module) -> Port:
     """``model``'s port: its class (or a base class) in :data:`PORTS`, else in
     ``companion.families.HYBRID_PORTS``, ``companion.families.GEMMA4_PORTS``, else in
     ``companion.mla.PORTS``, then in ``companion.llama4.PORTS``, then in
-    ``companion.gpt_oss.PORTS``."""
+    ``companion.gpt_oss.PORTS``, then in ``companion.qwen3_next.PORTS``."""
     names = [cls.__name__ for cls in type(model).__mro__]
     registries = (
         PORTS,
@@ -150,6 +152,7 @@ def _find_port(model: nn.Module) -> Port:
         mla.PORTS,
         llama4.PORTS,
         gpt_oss.PORTS,
+        qwen3_next.PORTS,
     )
     for registry in registries:
         port = next((registry[n] for n in names if n in registry), None)
@@ -159,6 +162,7 @@ def _find_port(model: nn.Module) -> Port:
     known += [n for n in mla.PORTS if n not in known]
     known += [n for n in llama4.PORTS if n not in known]
     known += [n for n in gpt_oss.PORTS if n not in known]
+    known += [n for n in qwen3_next.PORTS if n not in known]
     raise ValueError(
         f"model must be one of {', '.join(known)} (or come with a port), got "
         f"{type(model).__name__} (unsupported architecture)"
@@ -201,11 +205,13 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
             ``companion.families.GEMMA4_PORTS`` (``Gemma4ForCausalLM``) or of
             ``companion.mla.PORTS`` or of ``companion.llama4.PORTS``
             (``Llama4ForCausalLM``) or of ``companion.gpt_oss.PORTS``
-            (``GptOssForCausalLM``), or any model ``port`` reads.
+            (``GptOssForCausalLM``) or of ``companion.qwen3_next.PORTS``
+            (``Qwen3NextForCausalLM``), or any model ``port`` reads.
         port: ``None`` (look ``model``'s class up in :data:`PORTS`, then in
             ``companion.families.HYBRID_PORTS``, ``companion.families.GEMMA4_PORTS``,
-            ``companion.mla.PORTS``, ``companion.llama4.PORTS`` and
-            ``companion.gpt_oss.PORTS``) or a :class:`Port` for another family.
+            ``companion.mla.PORTS``, ``companion.llama4.PORTS``,
+            ``companion.gpt_oss.PORTS`` and ``companion.qwen3_next.PORTS``) or a
+            :class:`Port` for another family.
 
     Returns:
         The copy; ``copy(input_ids)`` gives logits ``(B, L, vocab)`` equal to

@@ -51,6 +51,7 @@ MODULES = [
     "stability",
     "masks",
     "linear_attention",
+    "qwen3_next",
     "performance",
     "kernels",
     "diagrams",
