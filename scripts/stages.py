@@ -5,12 +5,11 @@ Usage: python scripts/stages.py "NAME=COMMAND" ["&NAME=COMMAND"] ["+NAME=COMMAND
 A stage whose name starts with ``&`` runs alongside the stage before it (both start
 together; the next plain stage starts when both have ended). A stage whose name starts
 with ``+`` runs after the stage before it, in the same lane: ``a`` ``+b`` ``&c`` runs ``a``
-then ``b`` while ``c`` runs beside them. `make test` runs the PDF and then the browser
-check beside the trained claims: the claims keep the CPU busy with training, and the PDF
-(Paged.js, then pypdf) and the browser check (Chromium, JupyterLab) take what the claims
-leave, in the order they had before (the browser check reads the HTML pages the PDF
-stage rewrites, so it starts only when that stage has ended). The output of stages that
-run side by side is held in a file each and printed, whole, when the group ends.
+then ``b`` while ``c`` runs beside them. `make test` runs the PDF (Paged.js, then the
+PDF's checks) beside the trained claims, and the browser check after both (the browser
+check reads the HTML pages the PDF stage rewrites; beside the claims, JupyterLab's checker
+once ran past its 120 s timeout). The output of stages that run side by side is held in a
+file each and printed, whole, when the group ends.
 
 Every stage runs even when an earlier one failed, so one run reports every problem; the exit
 status is non-zero when any stage failed. The last line is the summary, e.g.

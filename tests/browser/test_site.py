@@ -5,7 +5,8 @@ open every page in headless Chromium (Debian's ``chromium``, driven by Playwrigh
 ``executable_path``) and check what a reader would see: no console errors, no failed requests,
 no request to any host but 127.0.0.1, every formula typeset by the book's own MathJax, every
 image loaded with a non-zero size, and the solution dropdowns opening on click. A screenshot of
-each page goes to ``_build/screenshots/``.
+the top of each page goes to ``_build/screenshots/`` (of the whole page with
+``BOOK_SCREENSHOTS=full``: most of the check's time, so not by default).
 
 On a phone (390x844) and a tablet (768x1024), every page: is no wider than the screen (long
 code and formulas scroll or wrap inside their own box), its menu button opens the table of
@@ -249,7 +250,10 @@ def test_page_reads_offline_and_renders(
     broken = _broken_images(visit.page)
     shot = SHOTS / rel.with_suffix(".png")
     shot.parent.mkdir(parents=True, exist_ok=True)
-    visit.page.screenshot(path=str(shot), full_page=True)
+    # the top of the page; the whole page (seconds per chapter, most of this check's time)
+    # with BOOK_SCREENSHOTS=full
+    full = os.environ.get("BOOK_SCREENSHOTS") == "full"
+    visit.page.screenshot(path=str(shot), full_page=full)
 
     assert not visit.foreign, f"{rel}: requests to other hosts: {visit.foreign}"
     assert not visit.failed, f"{rel}: failed requests: {visit.failed}"
