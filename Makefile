@@ -33,10 +33,11 @@ JOBS ?= 2
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(TMPDIR),/tmp)/torchinductor_$(shell id -un)_$(or $(ATEN_CPU_CAPABILITY),native)
 # The order the chapters are handed to JOBS=2 workers. pytest-xdist's worksteal gives the
 # first worker the first half of the list and the second the rest, then moves queued (never
-# running) chapters from a busy worker to an idle one. So the two long chapters (7 and 4,
-# about 200 s each on one thread) must head different halves: listed side by side they both
-# went to the first worker, one after the other (its share 408 s of the stage's 416 s, the
-# other worker idle for half of it). Chapter 9 (about 50 s) follows chapter 4.
+# running) chapters from a busy worker to an idle one. So the two long chapters (07_tiny_
+# transformer and 04_relative_positions, about 200 s each on one thread) must head different
+# halves: listed side by side they both went to the first worker, one after the other (its
+# share 408 s of the stage's 416 s, the other worker idle for half of it). The third longest,
+# 09_modern_decoders (about 50 s), follows 04_relative_positions.
 SLOW_NOTEBOOKS = book/07_tiny_transformer.ipynb book/04_relative_positions.ipynb \
 	book/09_modern_decoders.ipynb
 SHORT_NOTEBOOKS = $(filter-out $(SLOW_NOTEBOOKS),$(NOTEBOOKS))
