@@ -435,7 +435,7 @@ def _rope_table(
     return (cos * scale).to(dtype), (sin * scale).to(dtype)
 
 
-def _rotate(
+def rotate_head(
     x: Tensor, cos: Tensor, sin: Tensor, rotary_dim: int, layout: str = "half"
 ) -> Tensor:
     """RoPE (``layout``'s pairs) on the first ``rotary_dim`` coordinates of a head."""
@@ -569,30 +569,14 @@ class DecoderBlock(nn.Module):
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(B, L, s.num_kv_heads, s.head_dim).transpose(1, 2)
         if rope is not None and self.rotates:  # before caching: keys keep positions
-            q = _rotate(q, *rope, s.rotary_dim, s.rope_layout)
-            k = _rotate(k, *rope, s.rotary_dim, s.rope_layout)  # (B, Hkv, L, D)
+            q = rotate_head(q, *rope, s.rotary_dim, s.rope_layout)
+            k = rotate_head(k, *rope, s.rotary_dim, s.rope_layout)  # (B, Hkv, L, D)
         seen = L
         if past is not None:
             k = torch.cat((past[0], k), dim=2)  # (B, Hkv, S, D)
             v = torch.cat((past[1], v), dim=2)
             seen += int(past[2]) if self.window else past[0].shape[2]
-        # GQA/MQA: the G query heads that share a key/value head are stacked along the
-        # query axis, so each key head is read once and never copied (HF 5.23's eager
-        # path copies it G times with repeat_kv; its SDPA path passes enable_gqa=True,
-        # or stacks one query the same way, pack_gqa, or copies when a mask is given
-        # to a longer query); heads are ordered so that head h uses key head h // G
-        groups = s.num_heads // s.num_kv_heads
-        q = q.reshape(B, s.num_kv_heads, groups * L, s.head_dim)  # (B, Hkv, G*L, D)
-        if groups > 1:
-            if mask.shape[1] == 1:  # one mask (B, 1, L, S) for the G stacked heads
-                mask = mask.repeat(1, 1, groups, 1)  # (B, 1, G*L, S)
-            else:  # ALiBi's bias per head (B, H, L, S)
-                mask = mask.reshape(B, s.num_kv_heads, groups * L, -1)  # (B,Hkv,G*L,S)
-        if s.attn_softcap:  # Gemma 2: cap the scores, then mask
-            out = _softcapped_attention(q, k, v, mask, self.scale, s.attn_softcap)
-        else:
-            out = scaled_dot_product_attention(q, k, v, mask=mask, scale=self.scale)
-        out = out.view(B, s.num_heads, L, s.head_dim).transpose(1, 2)  # (B, L, H, D)
+        out = grouped_attention(q, k, v, mask, self.scale, s.attn_softcap)
         if self.window:  # a rolling cache: the keys the next query can still see
             keep = self.window - 1
             k, v = (
@@ -679,6 +663,35 @@ class DecoderBlock(nn.Module):
         x = (h if self.spec.residual_from_norm else x) + attn
         h = self.norm2(x)
         return (h if self.spec.residual_from_norm else x) + self.mlp(h), present
+
+
+def grouped_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float, cap: float = 0.0
+) -> Tensor:
+    """Attention of queries ``(B, H, L, D)`` on keys and values ``(B, H_kv, S, D)``
+    under the additive ``mask`` ``(B, 1 or H, L, S)``, soft-capped when ``cap``;
+    returns ``(B, L, H, D)``.
+
+    GQA/MQA: the G query heads that share a key/value head are stacked along the query
+    axis, so each key head is read once and never copied (HF 5.23's eager path copies
+    it G times with repeat_kv; its SDPA path passes enable_gqa=True, or stacks one
+    query the same way, pack_gqa, or copies when a mask is given to a longer query);
+    heads are ordered so that head h uses key head h // G.
+    """
+    B, H, L, D = q.shape
+    kv_heads = k.shape[1]
+    groups = H // kv_heads
+    q = q.reshape(B, kv_heads, groups * L, D)  # (B, Hkv, G*L, D)
+    if groups > 1:
+        if mask.shape[1] == 1:  # one mask (B, 1, L, S) for the G stacked heads
+            mask = mask.repeat(1, 1, groups, 1)  # (B, 1, G*L, S)
+        else:  # ALiBi's bias per head (B, H, L, S)
+            mask = mask.reshape(B, kv_heads, groups * L, -1)  # (B, Hkv, G*L, S)
+    if cap:  # Gemma 2: cap the scores, then mask
+        out = _softcapped_attention(q, k, v, mask, scale, cap)
+    else:
+        out = scaled_dot_product_attention(q, k, v, mask=mask, scale=scale)
+    return out.view(B, H, L, D).transpose(1, 2)  # (B, L, H, D)
 
 
 def _softcapped_attention(

@@ -275,17 +275,21 @@ class CacheBytes(NamedTuple):
     """``sum(layers) / (B * tokens)``: bytes per token of one sequence."""
     full_per_token: float
     """Bytes per token of the same model's cache with every layer full (no sliding
-    window): ``2 * num_layers * num_kv_heads * head_dim`` elements, measured on the
-    tensors of a full layer where the model has one."""
+    window, no fixed-size state): ``2 * num_layers * num_kv_heads * head_dim``
+    elements, measured on the tensors of a full layer where the model has one."""
 
 
 def cache_bytes(model: Decoder, past: tuple[tuple[Tensor, ...], ...]) -> CacheBytes:
     r"""Bytes a KV cache holds, measured on its tensors, against a full cache.
 
     A sliding layer keeps at most ``sliding_window - 1`` keys and values, so its bytes
-    stop growing; a full layer's grow with every token. ``per_token`` is the cache's
-    bytes over the tokens seen, ``full_per_token`` what the model would hold per token
-    with every layer full (Mistral's, Gemma's savings are their ratio).
+    stop growing; a full layer's grow with every token; a Qwen3-Next linear layer
+    keeps a state of fixed size (``(conv_state, recurrent_state, seen)``), whatever the
+    length. ``per_token`` is the cache's bytes over the tokens seen, ``full_per_token``
+    what the model would hold per token with every layer full (Mistral's, Gemma's,
+    Qwen3-Next's savings are their ratio). The bytes from the config, without a model
+    or a cache, are :func:`companion.qwen3_next.state_cache_bytes`'s formula (tested
+    equal to this count).
 
     Args:
         model: the :class:`Decoder` that made ``past``.
@@ -299,26 +303,26 @@ def cache_bytes(model: Decoder, past: tuple[tuple[Tensor, ...], ...]) -> CacheBy
         "past", past, length=model.spec.num_layers, what="layer caches (num_layers)"
     )
     head = _validate.sequence("past[0]", caches[0], what="tensors")
-    key = _validate.tensor(
-        "past[0][0]", head[0] if head else None, ndim=4, meaning="(B, H_kv, S, D)"
+    first = _validate.tensor(  # a key (B, H_kv, S, D) or a state (B, ...): its batch
+        "past[0][0]", head[0] if head else None, min_ndim=1, meaning="(B, ...)"
     )
-    batch = key.shape[0]
-    tokens = model.check_past(past, key.new_zeros(batch, 1, dtype=torch.long))
+    batch = first.shape[0]
+    tokens = model.check_past(past, first.new_zeros(batch, 1, dtype=torch.long))
     layers = tuple(
         sum(t.numel() * t.element_size() for t in cache if t.ndim > 0)
         for cache in caches
     )
     n = batch * max(tokens, 1)  # tokens of all sequences
-    full = [
+    full = [  # layers that keep every token: not sliding, not a linear layer's state
         cache
         for cache, blk in zip(caches, model.blocks, strict=True)
-        if not getattr(blk, "window", 0)
+        if not getattr(blk, "window", 0) and not getattr(blk, "linear", False)
     ]
     if full:  # measured: a full layer holds every token
         per_layer = sum(t.numel() * t.element_size() for t in full[0] if t.ndim > 0) / n
     else:  # every layer slides: a key and a value of every token, the cache's dtype
         s = model.spec
-        per_layer = 2 * s.num_kv_heads * s.head_dim * key.element_size()
+        per_layer = 2 * s.num_kv_heads * s.head_dim * first.element_size()
     return CacheBytes(layers, tokens, sum(layers) / n, per_layer * len(layers))
 
 

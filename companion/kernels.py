@@ -451,8 +451,8 @@ def flash_attention(
         key, value: ``(B, H_kv, S, D)`` with ``H % H_kv == 0``; sinks: ``(H,)``.
     """
     query = _validate.tensor("query", query, ndim=4, meaning="(B, H, L, D)")
-    key = _validate.tensor("key", key, ndim=4, meaning="(B, H, S, D)")
-    value = _validate.tensor("value", value, ndim=4, meaning="(B, H, S, D)")
+    key = _validate.tensor("key", key, ndim=4, meaning="(B, H_kv, S, D)")
+    value = _validate.tensor("value", value, ndim=4, meaning="(B, H_kv, S, D)")
     for name, t in (("key", key), ("value", value)):
         _validate.same_dtype(name, t, "query", query)
         _validate.same_device(name, t, "query", query)

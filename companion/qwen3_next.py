@@ -78,8 +78,9 @@ from companion._architecture import (
     Decoder,
     DecoderBlock,
     DecoderSpec,
+    grouped_attention,
+    rotate_head,
 )
-from companion.attention import scaled_dot_product_attention
 from companion.families import (
     Port,
     base_fields,
@@ -96,7 +97,6 @@ from companion.linear_attention import (
     gated_rms_norm,
     l2_normalize,
 )
-from companion.rope import apply_rope
 
 __all__ = [
     "PORTS",
@@ -428,21 +428,14 @@ class Qwen3NextBlock(DecoderBlock):
         q = self.q_norm(q).transpose(1, 2)  # (B, H, L, D)
         k = self.k_norm(self.k_proj(x).view(B, L, Hkv, D)).transpose(1, 2)
         v = self.v_proj(x).view(B, L, Hkv, D).transpose(1, 2)  # (B, Hkv, L, D)
-        r = s.rotary_dim  # RoPE on the first r coordinates of each head
-        q = torch.cat((apply_rope(q[..., :r], *rope), q[..., r:]), dim=-1)
-        k = torch.cat((apply_rope(k[..., :r], *rope), k[..., r:]), dim=-1)
+        q = rotate_head(q, *rope, s.rotary_dim, s.rope_layout)  # the first rotary_dim
+        k = rotate_head(k, *rope, s.rotary_dim, s.rope_layout)  # coordinates of a head
         if past is not None:
             k = torch.cat((past[0], k), dim=2)  # (B, Hkv, S, D)
             v = torch.cat((past[1], v), dim=2)
-        groups = H // Hkv
-        out = scaled_dot_product_attention(
-            q,
-            k.repeat_interleave(groups, dim=1),  # key head h // G serves head h
-            v.repeat_interleave(groups, dim=1),
-            mask=mask,
-            scale=self.scale,
-        )  # (B, H, L, D)
-        out = out.transpose(1, 2).reshape(B, L, H * D)
+        # key head h // G serves query head h, read in place (not repeated)
+        out = grouped_attention(q, k, v, mask, self.scale)  # (B, L, H, D)
+        out = out.reshape(B, L, H * D)
         out = out * torch.sigmoid(gate)  # the output gate
         return self.o_proj(out), (k, v)
 
