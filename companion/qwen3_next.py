@@ -307,13 +307,26 @@ def state_cache_bytes(
         n_linear = sum(t == "linear_attention" for t in types)
         n_full = len(types) - n_linear
         c = config
-        hk, hv = c.linear_num_key_heads, c.linear_num_value_heads
-        dk, dv = c.linear_key_head_dim, c.linear_value_head_dim
-        k = c.linear_conv_kernel_dim
-        kv_heads = c.num_key_value_heads
-        head_dim = (
-            getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        )
+        if not getattr(c, "head_dim", None):  # Hugging Face's default
+            hidden = _validate.positive_int("config.hidden_size", c.hidden_size)
+            heads = _validate.positive_int(
+                "config.num_attention_heads", c.num_attention_heads
+            )
+            c = copy.copy(c)
+            c.head_dim = hidden // heads
+        sizes = [  # each a positive integer, named before any arithmetic
+            _validate.positive_int(f"config.{name}", getattr(c, name, None))
+            for name in (
+                "linear_num_key_heads",
+                "linear_num_value_heads",
+                "linear_key_head_dim",
+                "linear_value_head_dim",
+                "linear_conv_kernel_dim",
+                "num_key_value_heads",
+                "head_dim",
+            )
+        ]
+        hk, hv, dk, dv, k, kv_heads, head_dim = sizes
     b = torch.empty((), dtype=dtype).element_size()
     b_state = torch.empty((), dtype=torch.promote_types(dtype, torch.float32))
     b_state = b_state.element_size()

@@ -445,6 +445,12 @@ BAD_INPUTS = [
     ),
     (
         "state_cache_bytes",
+        lambda: state_cache_bytes(_config(linear_conv_kernel_dim=0)),
+        ValueError,
+        r"config\.linear_conv_kernel_dim must be",
+    ),
+    (
+        "state_cache_bytes",
         lambda: state_cache_bytes(CONFIG, "bfloat16"),
         TypeError,
         r"dtype",
