@@ -570,6 +570,32 @@ def spec_phi3(model: nn.Module) -> dict[str, Any]:
     return base_fields(model, "phi3", sliding="every_layer", partial_rotary=True)
 
 
+# ---- the routed experts of a mixture -------------------------------------------------
+
+
+def routed_experts(
+    tokens: Tensor,
+    weights: Tensor,
+    chosen: Tensor,
+    gate_up: Tensor,
+    down: Tensor,
+    act: Callable[[Tensor], Tensor],
+) -> Tensor:
+    r""":math:`\sum_{j} w_{tj}\,\mathrm{MLP}_{c_{tj}}(x_t)` for each token, each expert
+    a gated MLP run once on the tokens that chose it: ``gate_up[e]`` ``(2I, E)`` holds
+    its gate rows then its up rows, ``down[e]`` ``(E, I)`` (Hugging Face's layouts,
+    applied as ``x @ W[e].T``). ``tokens`` ``(T, E)``; ``weights`` and ``chosen``
+    ``(T, k)``, a router's output (checked by the routers); returns ``(T, E)`` in
+    ``tokens``' dtype. The one home of DeepSeek-V3's and Qwen3-Next's routed experts."""
+    out = torch.zeros_like(tokens)  # (T, E)
+    for e in chosen.unique().tolist():  # each expert on the tokens that chose it
+        rows, slot = torch.where(chosen == e)
+        gate, up = (tokens[rows] @ gate_up[e].T).chunk(2, dim=-1)
+        y = (act(gate) * up) @ down[e].T  # (T_e, E)
+        out.index_add_(0, rows, (y * weights[rows, slot, None]).to(out.dtype))
+    return out
+
+
 # ---- copying the weights -------------------------------------------------------------
 
 

@@ -80,6 +80,7 @@ from companion.families import (
     copy_output,
     copy_tensor,
     rope_parameters,
+    routed_experts,
     unsupported,
 )
 from companion.norm import RMSNorm
@@ -621,13 +622,9 @@ class MLABlock(DecoderBlock):
             norm_topk_prob=s.norm_topk_prob,
             routed_scaling_factor=s.routed_scaling_factor,
         )
-        out = torch.zeros_like(tokens)
-        for e in chosen.unique().tolist():  # each expert on the tokens that chose it
-            token, slot = torch.where(chosen == e)
-            gate, up = (tokens[token] @ self.experts_gate_up[e].t()).chunk(2, dim=-1)
-            y = (act(gate) * up) @ self.experts_down[e].t()  # (T_e, E)
-            out.index_add_(0, token, (y * weights[token, slot, None]).to(out.dtype))
-        out = out.view_as(x)
+        out = routed_experts(
+            tokens, weights, chosen, self.experts_gate_up, self.experts_down, act
+        ).view_as(x)
         if self.gate_proj is not None:
             out = out + super().mlp(x)  # the shared experts
         return out

@@ -89,6 +89,7 @@ from companion.families import (
     copy_output,
     copy_tensor,
     copy_weight,
+    routed_experts,
     unsupported,
 )
 from companion.linear_attention import (
@@ -510,12 +511,9 @@ class Qwen3NextBlock(DecoderBlock):
         weights, chosen = _route(
             self.router(tokens), s.num_experts_per_tok, s.norm_topk_prob
         )  # (T, k) each
-        out = torch.zeros_like(tokens)  # (T, E)
-        for e in chosen.unique().tolist():
-            rows, slot = torch.where(chosen == e)  # the tokens that chose e
-            gate, up = (tokens[rows] @ self.experts_gate_up[e].T).chunk(2, dim=-1)
-            y = (act(gate) * up) @ self.experts_down[e].T  # (t, E)
-            out.index_add_(0, rows, (y * weights[rows, slot, None]).to(out.dtype))
+        out = routed_experts(
+            tokens, weights, chosen, self.experts_gate_up, self.experts_down, act
+        )  # (T, E)
         shared = self.shared_down_proj(
             act(self.shared_gate_proj(tokens)) * self.shared_up_proj(tokens)
         )
