@@ -4,6 +4,7 @@ hypothesis profile."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -45,6 +46,17 @@ DEVICES = [
 def device(request: pytest.FixtureRequest) -> torch.device:
     """Each test that takes ``device`` runs on the CPU and, when present, on CUDA."""
     return torch.device(request.param)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """torch on one thread for the test (``pytestmark =
+    pytest.mark.usefixtures("one_thread")`` in a file of small models or tensors): one
+    thread is faster there, and two thrash on a busy 2-core CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

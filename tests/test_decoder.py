@@ -178,13 +178,7 @@ VARIANTS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Models this small run faster on one thread (and the test machine is shared)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def randomize(model: nn.Module, seed: int = 0) -> nn.Module:

@@ -122,12 +122,7 @@ GEMMA4 = {
 CONFIGS.update(GEMMA4)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def build(name: str, seed: int = 0) -> torch.nn.Module:

@@ -83,12 +83,7 @@ SLIDING = ["smollm3-sliding-untied", "cohere2", "cohere2-bias-tied"]
 REPEATING = ("cohere2-bias-tied",)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def build(name: str, seed: int = 0) -> torch.nn.Module:

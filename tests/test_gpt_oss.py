@@ -73,12 +73,7 @@ LENGTH = 24
 SEED = 0
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def build(name: str = "gpt-oss") -> torch.nn.Module:

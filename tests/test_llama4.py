@@ -88,12 +88,7 @@ CONFIGS = {
 LENGTH = 24  # almost five chunks of 5
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 # weights whose greedy continuations vary (4+ distinct tokens in each row of the batch)

@@ -17,13 +17,7 @@ from companion.model import ModelConfig, TinyTransformer
 SCHEMES = M.POSITION_SCHEMES
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> object:
-    """Tiny models: one thread is faster, and two thrash on a busy 2-core CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def tiny(position: str = "rope", **kwargs: object) -> TinyTransformer:

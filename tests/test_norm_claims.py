@@ -28,13 +28,7 @@ from companion import norm
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> object:
-    """Small tensors: one thread is faster, and two thrash on a busy 2-core CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 # ---- why normalize -------------------------------------------------------------------

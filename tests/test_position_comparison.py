@@ -16,14 +16,7 @@ from companion import position_comparison as PC
 from companion import relative as R
 from companion.model import ModelConfig
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> object:
-    """Tiny models: one thread is faster, and two thrash on a busy 2-core CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 _TINY_CONFIG = ModelConfig(vocab_size=8, dim=16, num_heads=2, num_layers=1)

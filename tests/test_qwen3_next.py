@@ -89,12 +89,7 @@ SEED = 1  # the weights of every test but the logits' (which runs seeds 0, 1, 2)
 BOUND_CAP = 5 * TOL  # the per-seed bound's ceiling (module docstring)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def build(name: str = "qwen3-next", config=None, seed: int = SEED) -> torch.nn.Module:

@@ -13,14 +13,7 @@ from companion import experiments as E
 from companion import model as M
 from companion import stability as S
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> object:
-    """Tiny models: one thread is faster, and two thrash on a busy 2-core CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def test_stability_runs_are_run_seeds_of_the_chapters_configurations() -> None:
