@@ -24,14 +24,16 @@ where that output is tiny (the first token, whose state holds one write) float32
 rounding is amplified (about 175x at position 0 measured on seed 0's second layer), so
 a fixed 1e-4 is not a bound on two float32 implementations: on seed 0's weights Hugging
 Face's own float32 logits (70 tokens) lie 2.3e-4 from its float64 run, and the copy's
-1.3e-4 from Hugging Face's. The logits test therefore runs seeds 0, 1 and 2 and bounds
-the gap per seed by Hugging Face's own float32 error there, ``e = |HF32 - HF64|``:
-``max(1e-4, 2 e)`` (two float32 computations of the same sum, each about ``e`` from the
-exact one), so 1e-4 itself wherever ``e < 5e-5``, and the bound may not exceed 5e-4.
-Measured (one thread, 70 tokens), gap and ``e``: seed 0 1.3e-4 and 2.3e-4, seed 1
-1.9e-5 and 3.6e-5, seed 2 1.7e-5 and 6.3e-5; seeds 3 to 5, not run, 2.0e-5 to 7.1e-5 and
-4.6e-5 to 1.6e-4 (the largest ratio gap / e, 1.4, on seed 4: 7.1e-5 against a bound of
-1.05e-4). Hugging Face's float64 run keeps its delta rule and gated norm in
+1.3e-4 from Hugging Face's. How far Hugging Face's own float32 logits lie from its
+float64 run, ``e = |HF32 - HF64|``, depends on the processor's kernels: on seeds 0 to 5
+(70 tokens, one thread), 3.6e-5 to 2.3e-4 with this machine's AVX2 kernels and 3.1e-5
+to 2.6e-4 under ``ATEN_CPU_CAPABILITY=default`` (where an earlier bound, ``2 e`` capped
+at 5e-4, failed its cap on seed 0). So the logits test runs seeds 0, 1 and 2 with one
+fixed bound, ``BOUND = 5e-4``: about twice the largest ``e`` measured, the error of two
+float32 computations of the same sum. The copy's gap, measured on seeds 0 to 5: 1.7e-5
+to 1.3e-4 (AVX2), 1.4e-5 to 8.1e-5 (ATen default). The left-padded batch (prompts of 12,
+7 and 3 tokens: fewer amplified first tokens) is held to 1e-4 itself: measured 4.1e-6 to
+1.4e-5 on both. Hugging Face's float64 run keeps its delta rule and gated norm in
 float32 (it lies 2.6e-5 to 5.3e-5 from the copy's float64 run on seeds 0 to 5), so
 ``e`` is an estimate of that size; the other tests use seed 1's weights.
 """
@@ -86,7 +88,7 @@ CONFIG = T.Qwen3NextConfig(
 )
 LENGTH = 70  # > 64, the chunk of the delta rule's chunked form
 SEED = 1  # the weights of every test but the logits' (which runs seeds 0, 1, 2)
-BOUND_CAP = 5 * TOL  # the per-seed bound's ceiling (module docstring)
+BOUND = 5 * TOL  # float32 logits of 70 tokens (module docstring: measured values)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
@@ -133,20 +135,11 @@ def test_from_hf_finds_qwen3_next_and_reads_its_layers(hf) -> None:
 # ---- logits, greedy tokens, a padded batch -------------------------------------------
 
 
-def _bound(hf32: torch.Tensor, hf64: torch.Tensor) -> float:
-    """``max(1e-4, 2 |HF32 - HF64|)``, Hugging Face's own float32 error (docstring)."""
-    bound = max(TOL, 2 * float((hf32.double() - hf64).abs().max()))
-    assert bound <= BOUND_CAP, bound  # Hugging Face's rounding stays small
-    return bound
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_logits_match_hugging_face(seed: int) -> None:
-    """70 tokens and a left-padded batch, each within ``max(1e-4, 2 e)`` of Hugging
-    Face's float32 logits, ``e`` its float32 run's distance from its float64 run on
-    the same weights (module docstring: measured values)."""
+    """70 tokens within ``BOUND`` (5e-4) of Hugging Face's float32 logits and a
+    left-padded batch within 1e-4 (module docstring: why, and measured values)."""
     hf = build(seed=seed)
-    hf64 = copy.deepcopy(hf).double()
     ours = from_hf(hf)
     ids = tokens(2, LENGTH)
     padded, mask = left_padded([PROMPT, 7, 3], PROMPT, seed=3)
@@ -154,12 +147,10 @@ def test_logits_match_hugging_face(seed: int) -> None:
     with torch.no_grad():
         expected = hf_logits(hf, ids)
         assert expected.abs().max() > 1.0
-        bound = _bound(expected, hf_logits(hf64, ids))
-        torch.testing.assert_close(ours(ids), expected, rtol=0, atol=bound)
+        torch.testing.assert_close(ours(ids), expected, rtol=0, atol=BOUND)
         expected = hf_logits(hf, padded, mask) * real
-        bound = _bound(expected, hf_logits(hf64, padded, mask) * real)
         got = ours(padded, attention_mask=mask) * real
-    torch.testing.assert_close(got, expected, rtol=0, atol=bound)
+    torch.testing.assert_close(got, expected, rtol=0, atol=TOL)
 
 
 def test_logits_without_renormalized_top_k_match_hugging_face() -> None:
@@ -175,8 +166,7 @@ def test_logits_without_renormalized_top_k_match_hugging_face() -> None:
     ids = tokens(2, 24)
     with torch.no_grad():
         expected = hf_logits(hf, ids)
-        bound = _bound(expected, hf_logits(copy.deepcopy(hf).double(), ids))
-        torch.testing.assert_close(ours(ids), expected, rtol=0, atol=bound)
+        torch.testing.assert_close(ours(ids), expected, rtol=0, atol=BOUND)
         hf.config.norm_topk_prob = True
         for m in hf.modules():  # Hugging Face's router reads the flag at build
             if hasattr(m, "norm_topk_prob"):
