@@ -237,7 +237,8 @@ class StateCacheBytes(NamedTuple):
     """Bytes of every linear layer's delta-rule state, ``H_v d_k d_v`` each (float32
     at least)."""
     state_per_sequence: int
-    """Their sum: the linear layers' cache, the same at any length."""
+    """The linear layers' whole cache, the sum of the two above, the same at any
+    length."""
     kv_per_token: int
     """Bytes per token of the full layers' keys and values, ``2 H_kv D`` each."""
     all_full_kv_per_token: int
@@ -383,9 +384,9 @@ class Qwen3NextBlock(DecoderBlock):
 
     Shape:
         x: ``(B, L, E)``; output ``(B, L, E)`` and the cache: a full layer's keys and
-        values, each ``(B, H_kv, S, D)``; a linear layer's ``(conv_state,
-        recurrent_state, seen)``: ``(B, K - 1, C)``, ``(B, H_v, d_k, d_v)`` and a 0-d
-        int64.
+        values, each ``(B, H_kv, S, D)``; a linear layer's ``conv_state``,
+        ``recurrent_state`` and ``seen``: ``(B, K - 1, C)``, ``(B, H_v, d_k, d_v)`` and
+        a 0-d int64.
     """
 
     def __init__(self, spec: Qwen3NextSpec, layer: int) -> None:
