@@ -35,7 +35,7 @@ from test_decoder_modern import (
     left_padded,
 )
 
-from companion import decoder, gpt_oss
+from companion import decoder, gpt_oss, masks
 from companion.decoder import from_hf, generate
 from companion.gpt_oss import (
     GptOssBlock,
@@ -150,6 +150,56 @@ def test_greedy_padded_batch_matches_hugging_face_generate() -> None:
 
 def test_padded_batch_with_eos_matches_hugging_face() -> None:
     assert_padded_batch_with_eos_matches(build, "gpt-oss")
+
+
+# ---- the full layers through the FlashAttention kernel ---------------------------------
+
+
+def test_full_layers_through_the_kernel_match_hugging_face(hf, monkeypatch) -> None:
+    """GPT-OSS's full-attention layers run through the Triton kernel
+    (:func:`companion.kernels.flash_attention` with ``sinks``, grouped key heads read in
+    place) instead of the reference, and the logits still match Hugging Face's. The
+    sliding layers keep the reference (the kernel has no window: their masks differ from
+    the causal one at 24 tokens over a window of 5); the test counts that the kernel ran
+    once per full layer. Triton's interpreter on CPU without a GPU."""
+    kernels = pytest.importorskip("companion.kernels", reason="Triton is not installed")
+    reference = masks.attention_with_sinks
+    ran = []
+
+    def through_the_kernel(query, key, value, sinks, mask=None, scale=None):
+        """The kernel where the mask is the plain causal one (the model's additive
+        mask: 0 on and below the diagonal, -inf above), else the reference."""
+        B, _, L, _ = query.shape
+        causal = torch.zeros(L, L).masked_fill(
+            ~torch.ones(L, L).bool().tril(), -torch.inf
+        )
+        if (
+            mask is None
+            or key.shape[2] != L
+            or not torch.equal(mask.expand(B, 1, L, L), causal.expand(B, 1, L, L))
+        ):
+            return reference(query, key, value, sinks, mask=mask, scale=scale)
+        ran.append(L)
+        out, _ = kernels.flash_attention(
+            query,
+            key,
+            value,
+            is_causal=True,
+            scale=scale,
+            sinks=sinks,
+            block_m=16,
+            block_n=16,
+        )
+        return out
+
+    ours = from_hf(hf)
+    ids = tokens(2, LENGTH)
+    want = hf_logits(hf, ids)
+    monkeypatch.setattr(masks, "attention_with_sinks", through_the_kernel)
+    got = ours(ids)
+    full = hf.config.layer_types.count("full_attention")
+    assert ran == [LENGTH] * full  # every full layer, no sliding one
+    torch.testing.assert_close(got, want, rtol=0, atol=TOL)
 
 
 # ---- each difference moves the logits ------------------------------------------------
