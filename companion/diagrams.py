@@ -27,7 +27,16 @@ from matplotlib.patches import Rectangle
 from torch import nn
 
 from companion import _drawing as draw
-from companion import _validate, attention, mla, modern, norm, plotting
+from companion import (
+    _validate,
+    attention,
+    masks,
+    mla,
+    modern,
+    norm,
+    plotting,
+    qwen3_next,
+)
 from companion._position_diagrams import (
     frequency_rescaling,
     rope_rotation,
@@ -40,7 +49,9 @@ __all__ = [
     "attention_pipeline",
     "attention_tiles",
     "frequency_rescaling",
+    "hybrid_stack",
     "kv_cache",
+    "learned_sink",
     "mla_paths",
     "model_stack",
     "norm_placement",
@@ -625,4 +636,150 @@ def attention_tiles(
     ax.set_xlim(-1.0, key_length + 0.2)
     ax.set_ylim(-1.4, query_length + 0.8)
     ax.set_aspect("equal")
+    return draw.finish(fig)
+
+
+# ---- Chapter 11: Qwen3-Next's hybrid stack and its state cache ---------------------------
+
+
+def _mib(n: float) -> str:
+    """Bytes in the unit that reads best: KiB below one MiB, MiB below one GiB."""
+    if n < 2**20:
+        return f"{n / 2**10:,.1f} KiB"
+    if n < 2**30:
+        return f"{n / 2**20:,.1f} MiB"
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def hybrid_stack(
+    config: object, *, layers: int = 8, length: int = 32768, fig: Figure | None = None
+) -> Figure:
+    r"""The first layers of a Qwen3-Next-style hybrid, bottom to top, and what each caches.
+
+    Read from ``config`` (a Hugging Face ``Qwen3NextConfig`` or anything
+    :func:`companion.qwen3_next.state_cache_bytes` accepts): each of the first
+    ``layers`` layers is a box, a Gated DeltaNet (``"linear_attention"``) with the bytes
+    of its state, the same at any length, or a gated full attention with the bytes of
+    its keys and values after ``length`` tokens. Every number is
+    :func:`~companion.qwen3_next.state_cache_bytes`'s (bfloat16 model, the state in
+    float32) divided among the layers of its kind; the foot gives the whole model's
+    cache at ``length`` tokens against a model whose every layer were full attention.
+
+    Args:
+        config: a Qwen3-Next configuration (``layer_types`` and the ``linear_*`` sizes).
+        layers: how many layers to draw from the bottom, 1 to 12.
+        length: the tokens of the sequence, ``>= 1``.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
+
+    Returns:
+        ``fig``, or a new figure. Artists: ``layer-k`` (the box of layer ``k``, from the
+        bottom), ``total`` (the foot).
+    """
+    fig = draw.target(fig)
+    layers = _validate.integer("layers", layers, minimum=1, maximum=12)
+    length = _validate.integer("length", length, minimum=1)
+    sizes = qwen3_next.state_cache_bytes(config)  # checks config
+    types = list(config.layer_types)
+    if layers > len(types):
+        raise ValueError(
+            f"layers must be at most the config's {len(types)} layers, got {layers}"
+        )
+    n_linear = types.count("linear_attention")
+    n_full = len(types) - n_linear
+    state = sizes.state_per_sequence / max(n_linear, 1)  # one linear layer's state
+    kv = sizes.kv_per_token / max(n_full, 1) * length  # one full layer's keys, values
+    height = 0.95
+    fig = draw.figure(5.0, 0.55 * layers * height + 2.2, fig)
+    ax = draw.blank(fig.add_axes((0.0, 0.0, 1.0, 1.0)))
+    for k in range(layers):
+        y = k * height
+        if types[k] == "linear_attention":
+            text = f"{k}: Gated DeltaNet, state {_mib(state)}"
+            color = draw.CACHE
+        else:
+            text = f"{k}: gated attention, KV {_mib(kv)}"
+            color = draw.ROLE["masked"]
+        draw.box(ax, 0, y, text, width=4.6, height=0.72, color=color, gid=f"layer-{k}")
+        if k:
+            draw.arrow(ax, (0, y - height + 0.36), (0, y - 0.36))
+    total = sizes.state_per_sequence + length * sizes.kv_per_token
+    full = length * sizes.all_full_kv_per_token
+    ax.text(
+        0, (layers - 1) * height + 0.6,
+        f"the first {layers} of {len(types)} layers ({n_linear} linear, {n_full} full)"
+        f"\nand what each caches at {length:,} tokens",
+        ha="center", va="bottom", fontsize=draw.FONT,
+    )  # fmt: skip
+    ax.text(
+        0, -0.6,
+        f"whole model: {_mib(total)}\n(every layer full attention: {_mib(full)})",
+        ha="center", va="top", fontsize=draw.FONT, gid="total",
+    )  # fmt: skip
+    ax.set_xlim(-2.5, 2.5)
+    ax.set_ylim(-1.9, (layers - 1) * height + 1.2)
+    return draw.finish(fig)
+
+
+# ---- Chapter 10: GPT-OSS's learned sink ------------------------------------------------------
+
+
+def learned_sink(
+    length: int = 5,
+    *,
+    sink: float = 0.0,
+    padding: int = 1,
+    fig: Figure | None = None,
+) -> Figure:
+    r"""GPT-OSS's learned sink: every row's softmax gets one more column, the head's
+    logit :math:`\sigma_h`, which takes weight and gives no value.
+
+    ``length`` tokens attend causally to each other with equal scores (0); the first
+    ``padding`` of them are left padding, which no query sees. The weights are
+    :func:`companion.masks.attention_with_sinks` read with the identity as values, so
+    the key columns are exactly the weights the output mixes; the last column is
+    :math:`p_{\mathrm{sink}}`, one less the row's sum. A query that sees :math:`n`
+    keys gives each :math:`1/(n + e^{\sigma})` and the sink
+    :math:`e^{\sigma}/(n + e^{\sigma})`; a padding query sees no key and gives the
+    sink everything (its output is zero, not NaN).
+
+    Args:
+        length: queries and keys, 2 to 8, the padding included.
+        sink: :math:`\sigma_h`, a finite real number.
+        padding: left-padding tokens, 0 to ``length - 1``.
+        fig: an empty figure to draw on, such as ``plt.figure()`` (Jupyter then shows
+            it as it shows every pyplot figure); ``None``: a new Figure, outside pyplot.
+
+    Returns:
+        ``fig``, or a new figure. Artists: ``weights-i-j`` (the cells' texts; column
+        ``j = length`` is the sink's, an empty text where the key is masked).
+    """
+    fig = draw.target(fig)
+    length = _validate.integer("length", length, minimum=2, maximum=8)
+    sink = _validate.real("sink", sink)
+    padding = _validate.integer("padding", padding, minimum=0, maximum=length - 1)
+    keep = torch.arange(length) >= padding  # (S,): left padding first
+    allowed = masks.materialize_mask(
+        masks.and_masks(masks.causal, masks.padding(keep[None])), 1, length, length
+    )  # (1, 1, L, S)
+    zeros = torch.zeros(1, 1, length, 1, dtype=torch.float64)
+    identity = torch.eye(length, dtype=torch.float64)[None, None]  # values: one-hot
+    sigma = torch.tensor([sink], dtype=torch.float64)
+    weights = masks.attention_with_sinks(zeros, zeros, identity, sigma, allowed)[0, 0]
+    p_sink = 1.0 - weights.sum(-1, keepdim=True)  # (L, 1): the dropped column
+    values = torch.cat([weights, p_sink], dim=-1).numpy()  # (L, S + 1)
+    visible = torch.cat([allowed[0, 0], torch.ones(length, 1, dtype=torch.bool)], -1)
+    fig = draw.figure(0.6 * (length + 1) + 1.9, 0.6 * length + 1.5, fig)
+    ax = fig.add_axes((0.2, 0.1, 0.75, 0.72))
+    draw.matrix(ax, values, "weights", "", masked=visible.numpy(), hidden="")
+    ax.add_patch(Rectangle((length, 0), 1, length, fill=False, edgecolor=draw.ROLE["sink"], lw=2.5))  # fmt: skip
+    ax.set_title(
+        f"one more column, the sink (logit {sink:g}):\nit takes weight, gives no value",
+        fontsize=draw.FONT,
+    )
+    ax.text(length / 2, -0.15, "keys", ha="center", va="top", fontsize=draw.FONT)
+    ax.text(length + 0.5, -0.15, "sink", ha="center", va="top", fontsize=draw.FONT)
+    for i in range(length):
+        label = "pad" if i < padding else f"query {i}"
+        ax.text(-0.15, length - 0.5 - i, label, ha="right", va="center", fontsize=draw.FONT)  # fmt: skip
     return draw.finish(fig)

@@ -1,6 +1,6 @@
 r"""The book's training: one home for its loops, seeds, perturbations and result tables.
 
-Chapters 4, 7 and 9 train small models (the lag task of :func:`companion.model.lag_task`)
+The chapters that train use small models (the lag task of :func:`companion.model.lag_task`)
 and report what the runs show. Trained outcomes are chaotic at the level of floating-point
 rounding: the same seed on another processor, with another thread count or another ATen
 kernel can end elsewhere. So the book states a trained result only as what holds across
@@ -27,8 +27,11 @@ chapter trains is built here, where those variants act:
 The chapters' experiments live in a module each, named after their idea, and build and
 train every model here: :mod:`companion.position_comparison` (chapter 4's trained
 comparison of the position family), :mod:`companion.capstone` (chapter 7's scheme
-comparison, Post-LN against Pre-LN, the third exercise) and :mod:`companion.stability`
-(chapter 9's stability runs and what the trained attention reads). Their names were
+comparison, Post-LN against Pre-LN, the third exercise), :mod:`companion.stability`
+(chapter 9's stability runs and what the trained attention reads),
+:mod:`companion.hybrid_positions` (chapter 10's RoPE/NoPE hybrids trained on the lag
+task) and :mod:`companion.linear_attention` (chapter 11's linear attention against
+softmax on the lag task). Their names were
 here before; they still answer from here, with a ``DeprecationWarning`` naming the new
 home, for one release.
 

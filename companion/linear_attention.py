@@ -33,6 +33,13 @@ the q/k/v channels with a state for decoding (:func:`causal_conv1d`), the L2
 normalisation of q and k (:func:`l2_normalize`) and an output **RMSNorm gated by
 SiLU(z)** (:func:`gated_rms_norm`), each equal to its Hugging Face counterpart.
 
+**What it loses** (chapter 11's trained comparison): :class:`LinearSelfAttention` is the
+book's causal attention layer with :func:`linear_attention` (``phi = elu + 1``) in place
+of the softmax, :class:`LinearTinyTransformer` the tiny model built with it, and
+:func:`linear_vs_softmax_runs` trains it against the same model with softmax attention
+on the lag task (through :mod:`companion.experiments`, so ``make claims``' variants act);
+:func:`lag_weight` reads how much weight each head puts on the key the task asks for.
+
 Shapes follow the book's legend, batch-first with heads before length: ``(B, H, L, D)``
 (Hugging Face's kernels take ``(B, L, H, D)``: transpose dims 1 and 2; a transposed view
 is a normal input). Every function computes in float32 at least (float64 stays float64)
@@ -41,21 +48,37 @@ and returns its output in the input's dtype.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-from companion import _validate
+from companion import _validate, experiments
+from companion.attention import attention_weights
+from companion.experiments import SeedRuns
+from companion.model import CausalSelfAttention, ModelConfig, TinyTransformer, lag_task
 
 __all__ = [
     "FEATURE_MAPS",
+    "LINEAR_VS_SOFTMAX",
+    "LINEAR_VS_SOFTMAX_LR",
+    "LINEAR_VS_SOFTMAX_SEEDS",
+    "LINEAR_VS_SOFTMAX_SIZES",
+    "LINEAR_VS_SOFTMAX_STEPS",
+    "LINEAR_VS_SOFTMAX_TASK",
+    "LINEAR_VS_SOFTMAX_WARMUP_STEPS",
+    "LinearSelfAttention",
+    "LinearTinyTransformer",
     "causal_conv1d",
     "gated_delta_rule",
     "gated_rms_norm",
     "l2_normalize",
+    "lag_probe",
+    "lag_weight",
     "linear_attention",
+    "linear_attention_weights",
+    "linear_vs_softmax_runs",
 ]
 
 
@@ -462,3 +485,307 @@ def gated_rms_norm(
     normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     y = weight * normed.to(x.dtype)
     return (y * F.silu(gate.to(dtype))).to(x.dtype)
+
+
+# ---- what it loses: linear against softmax attention on the lag task (chapter 11) -------
+
+
+def linear_attention_weights(
+    query: Tensor,
+    key: Tensor,
+    feature_map: str | Callable[[Tensor], Tensor] = "elu1",
+    causal: bool = True,
+) -> Tensor:
+    r"""The weight linear attention puts on each key: a row of :func:`linear_attention`.
+
+    .. math::
+
+        a_{ts} = \frac{\phi(q_t)^\top \phi(k_s)}{\sum_{s' \le t} \phi(q_t)^\top \phi(k_{s'})}
+        \quad (s \le t;\ 0 \text{ above the diagonal when causal}),
+
+    so that ``linear_attention(q, k, v) == linear_attention_weights(q, k) @ v`` up to
+    rounding (tested): each row is a probability distribution over the keys, as a
+    softmax row (:func:`companion.attention.attention_weights`) is, with the positive
+    kernel ``phi(q).phi(k)`` in place of ``exp(q.k / sqrt(D))``.
+
+    Args:
+        query: ``(..., L, D)``.
+        key: ``(..., S, D)``; ``S == L`` when ``causal``.
+        feature_map: as :func:`linear_attention`.
+        causal: as :func:`linear_attention`.
+
+    Shape:
+        Output ``(..., L, S)``, in query's dtype.
+    """
+    _validate.attention_inputs(query, key)
+    if isinstance(feature_map, str):
+        phi = FEATURE_MAPS[
+            _validate.choice("feature_map", feature_map, tuple(FEATURE_MAPS))
+        ]
+    else:
+        phi = _validate.callable_("feature_map", feature_map)
+    causal = _validate.flag("causal", causal)
+    if causal and query.shape[-2] != key.shape[-2]:
+        raise ValueError(
+            f"query and key must have the same length when causal=True, got query "
+            f"{tuple(query.shape)} and key {tuple(key.shape)}"
+        )
+    dtype = _compute_dtype(query.dtype)
+    a = phi(query.to(dtype)) @ phi(key.to(dtype)).transpose(-2, -1)  # (..., L, S)
+    if causal:
+        a = a.tril()
+    return (a / a.sum(-1, keepdim=True)).to(query.dtype)
+
+
+class LinearSelfAttention(CausalSelfAttention):
+    r"""The book's causal self-attention with linear attention in place of the softmax.
+
+    :class:`companion.model.CausalSelfAttention` (the projections, the head split, the
+    merge) with one hook overridden,
+    :meth:`~companion.attention.MultiHeadAttention.attention`: each head's output is
+    :func:`linear_attention` with ``phi = elu + 1`` (Katharopoulos et al., 2020), causal,
+    in its quadratic (``"parallel"``) form. As in the paper there is no ``1/sqrt(D)``
+    (``phi`` is applied to the raw ``q`` and ``k``) and no position step inside the
+    layer: positions come from the embedding (``"sinusoidal"`` or ``"learned"``). The
+    layer builds its own causal pattern, so ``mask`` is refused
+    (``accepts_mask = False``).
+
+    Args:
+        dim: model width ``D``.
+        num_heads: heads ``H``; must divide ``dim``.
+
+    Shape:
+        - input: ``(B, L, D)``
+        - output: ``(B, L, D)``
+    """
+
+    accepts_mask = False
+
+    def attention(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        is_causal: bool,
+    ) -> Tensor:
+        """Hook of :meth:`~companion.attention.MultiHeadAttention.attend`:
+        :func:`linear_attention` (``"elu1"``) of each head; ``mask`` is always ``None``
+        here (refused before).
+
+        Shape:
+            q, k, v: ``(B, H, L, D/H)``; output: like q.
+        """
+        return linear_attention(q, k, v, "elu1", causal=is_causal)
+
+
+_OUTSIDE_ATTENTION = ("none", "sinusoidal", "learned")
+
+
+class LinearTinyTransformer(TinyTransformer):
+    """:class:`~companion.model.TinyTransformer` whose attention layers are
+    :class:`LinearSelfAttention`.
+
+    Only ``_attention`` is overridden, so everything else (embedding, position table or
+    encoding, blocks, norms, head) is the base class's, and it trains with
+    :func:`companion.experiments.train_batched` like the base class.
+
+    Args:
+        config: the sizes; ``config.position`` must add positions to the embedding
+            (``"none"``, ``"sinusoidal"`` or ``"learned"``): RoPE and ALiBi act on
+            softmax attention's scores, which linear attention does not form.
+
+    Shape:
+        - input: token ids ``(B, L)``
+        - output: logits ``(B, L, vocab_size)``
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        _validate.instance("config", config, ModelConfig, "a ModelConfig")
+        if config.position not in _OUTSIDE_ATTENTION:
+            raise ValueError(
+                f"config.position must be one of {', '.join(map(repr, _OUTSIDE_ATTENTION))}"
+                f" (positions added to the embedding), got {config.position!r}"
+            )
+        super().__init__(config)
+
+    def _attention(self) -> LinearSelfAttention:
+        return LinearSelfAttention(self.config.dim, self.config.num_heads)
+
+
+LINEAR_VS_SOFTMAX_SIZES = ModelConfig(
+    vocab_size=16, dim=32, num_heads=4, num_layers=1, position="sinusoidal"
+)
+"""Chapter 11's comparison — width 32, four heads of width 8, one layer, 16 tokens,
+sinusoidal positions added to the embedding (the same in both models)."""
+
+LINEAR_VS_SOFTMAX_TASK: dict[str, int] = {"batch_size": 32, "length": 24, "lag": 8}
+"""Chapter 11's lag task — 32 sequences of 24 tokens a step, output the token eight
+places back."""
+
+LINEAR_VS_SOFTMAX_STEPS = 160
+"""Chapter 11's comparison — AdamW steps of every run (the budget)."""
+
+LINEAR_VS_SOFTMAX_LR = 2e-2
+"""Chapter 11's comparison — AdamW's peak learning rate, the same for both models."""
+
+LINEAR_VS_SOFTMAX_WARMUP_STEPS = 20
+"""Chapter 11's comparison — linear warm-up steps, then half a cosine to zero."""
+
+LINEAR_VS_SOFTMAX_SEEDS = 6
+"""Chapter 11's comparison trains :func:`~companion.experiments.seeds`
+``(LINEAR_VS_SOFTMAX_SEEDS)`` per model."""
+
+LINEAR_VS_SOFTMAX: dict[str, type[TinyTransformer]] = {
+    "softmax": TinyTransformer,
+    "linear (elu + 1)": LinearTinyTransformer,
+}
+"""Chapter 11's comparison — label -> the model class, built on
+:data:`LINEAR_VS_SOFTMAX_SIZES` (they differ in the attention op only)."""
+
+
+def linear_vs_softmax_runs(
+    seed_list: Sequence[int],
+    *,
+    steps: int = LINEAR_VS_SOFTMAX_STEPS,
+    lr: float = LINEAR_VS_SOFTMAX_LR,
+    warmup_steps: int = LINEAR_VS_SOFTMAX_WARMUP_STEPS,
+    device: torch.device | str | None = None,
+) -> dict[str, SeedRuns]:
+    """Chapter 11's comparison: each model of :data:`LINEAR_VS_SOFTMAX` over
+    ``seed_list``, at the same budget and learning rate.
+
+    Equivalent to the following, for each label::
+
+        experiments.run_seeds(
+            lambda: LINEAR_VS_SOFTMAX[label](LINEAR_VS_SOFTMAX_SIZES), seed_list,
+            steps=steps, lr=lr, warmup_steps=warmup_steps, schedule="cosine",
+            **LINEAR_VS_SOFTMAX_TASK,
+        )
+
+    AdamW without weight decay (:func:`~companion.experiments.train_batched`), a linear
+    warm-up, then half a cosine to zero at the last step. A seed sets both a model's
+    initial weights and its batches, so the two models of one seed see the same data.
+
+    Args:
+        seed_list: the seeds (e.g. ``experiments.seeds(6)``).
+        steps: optimization steps of every run.
+        lr: peak learning rate.
+        warmup_steps: linear warm-up steps, fewer than ``steps``.
+        device: where to train.
+
+    Returns:
+        label -> :class:`~companion.experiments.SeedRuns`.
+    """
+    seed_list = experiments.distinct_seeds("seed_list", seed_list)
+    steps = _validate.positive_int("steps", steps)
+    lr = _validate.positive_real("lr", lr)
+    warmup_steps = _validate.nonnegative_int("warmup_steps", warmup_steps)
+    if warmup_steps >= steps:
+        raise ValueError(
+            f"warmup_steps must be fewer than steps ({steps}), got {warmup_steps}"
+        )
+    device = _validate.device("device", device)
+    return {
+        label: experiments.run_seeds(
+            lambda cls=cls: cls(LINEAR_VS_SOFTMAX_SIZES),
+            seed_list,
+            device=device,
+            steps=steps,
+            lr=lr,
+            warmup_steps=warmup_steps,
+            schedule="cosine",
+            **LINEAR_VS_SOFTMAX_TASK,
+        )
+        for label, cls in LINEAR_VS_SOFTMAX.items()
+    }
+
+
+def lag_probe(num_sequences: int = 64) -> Tensor:
+    """The batch on which chapter 11 reads trained models' attention:
+    ``num_sequences`` sequences of :data:`LINEAR_VS_SOFTMAX_TASK`'s length from
+    :func:`~companion.model.lag_task`, generator seed 1234 (no training seed), the same
+    under every variant.
+
+    Shape:
+        output: ``(num_sequences, 24)`` token ids.
+    """
+    num_sequences = _validate.positive_int("num_sequences", num_sequences)
+    return lag_task(
+        num_sequences,
+        LINEAR_VS_SOFTMAX_TASK["length"],
+        lag=LINEAR_VS_SOFTMAX_TASK["lag"],
+        vocab_size=LINEAR_VS_SOFTMAX_SIZES.vocab_size,
+        generator=torch.Generator().manual_seed(1234),
+    )[0]
+
+
+@torch.no_grad()
+def lag_weight(
+    models: Sequence[nn.Module],
+    probe: Tensor | None = None,
+    *,
+    lag: int = LINEAR_VS_SOFTMAX_TASK["lag"],
+) -> Tensor:
+    r"""The attention weight trained tiny models put on the key ``lag`` places back (the
+    lag task's answer): :math:`\bar a_{t, t - k}` for each model, layer and head,
+    averaged over the probe's sequences and its queries ``t >= lag``.
+
+    A :class:`LinearSelfAttention` layer's weights are
+    :func:`linear_attention_weights` (``elu + 1``), a plain
+    :class:`~companion.model.CausalSelfAttention` layer's the causal softmax
+    (:func:`companion.attention.attention_weights`), each recomputed from the layer's own
+    projections on the input it sees. A weight near 1 is a sharp lookup; ``1 / (t + 1)``
+    is an even spread over the keys query ``t`` sees.
+
+    Args:
+        models: trained :class:`~companion.model.TinyTransformer` s with plain or linear
+            attention (e.g. a :class:`~companion.experiments.SeedRuns`' ``models``).
+        probe: token ids (``None``: :func:`lag_probe`).
+        lag: how far back the key sits, less than the probe's length.
+
+    Returns:
+        float64 ``(models, layers, heads)``.
+    """
+    if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
+        raise _validate.fail(
+            TypeError, "models", "a non-empty sequence of trained models", models
+        )
+    probe = lag_probe() if probe is None else probe
+    _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
+    lag = _validate.positive_int("lag", lag)
+    if lag >= probe.shape[1]:
+        raise ValueError(
+            f"lag must be less than the probe's length ({probe.shape[1]}), got {lag}"
+        )
+    out = []
+    for i, net in enumerate(models):
+        _validate.module(f"models[{i}]", net, TinyTransformer)
+        layers = [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
+        for m in layers:
+            if type(m) not in (CausalSelfAttention, LinearSelfAttention):
+                raise ValueError(
+                    f"models[{i}] must use plain or linear attention, got a "
+                    f"{type(m).__name__}"
+                )
+        inputs: list[Tensor] = []
+        hooks = [
+            m.register_forward_pre_hook(lambda _, a, seen=inputs: seen.append(a[0]))
+            for m in layers
+        ]
+        try:
+            net(probe.to(net.embed.weight.device))
+        finally:
+            for h in hooks:
+                h.remove()
+        per_layer = []
+        for m, x in zip(layers, inputs, strict=True):
+            q, k = m._split(m.q_proj(x)), m._split(m.k_proj(x))  # (B, H, L, D/H)
+            if isinstance(m, LinearSelfAttention):
+                w = linear_attention_weights(q, k)  # (B, H, L, L)
+            else:
+                w = attention_weights(q, k, is_causal=True)  # (B, H, L, L)
+            on_lag = w[..., lag:, :].diagonal(dim1=-2, dim2=-1)  # (B, H, L - lag)
+            per_layer.append(on_lag.mean(dim=(0, 2)).double())  # (H,)
+        out.append(torch.stack(per_layer))  # (layers, H)
+    return torch.stack(out)

@@ -464,8 +464,10 @@ def attention_maps(
 
     Runs the model once, records the input of each attention layer, and recomputes its
     weights from the layer's own projections and position step: plain causal (no
-    position), RoPE, QK-norm then RoPE, or RoPE then soft-capping. ALiBi and the other
-    layers are refused by name.
+    position), RoPE, QK-norm then RoPE, or RoPE then soft-capping, plus the layer's own
+    :meth:`~companion.attention.MultiHeadAttention.score_bias` where it has one (the
+    sliding window of :class:`companion.hybrid_positions.LocalRotarySelfAttention`).
+    ALiBi and the other layers are refused by name.
 
     Args:
         net: a :class:`~companion.model.TinyTransformer` (or
@@ -504,6 +506,9 @@ def attention_maps(
         logits = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # (B, H, L, L)
         if isinstance(m, SoftcapSelfAttention):
             logits = softcap(logits, m.cap)
+        bias = m.score_bias(q, k, is_causal=True)  # the layer's own (a window) or None
+        if bias is not None:
+            logits = logits + bias  # (B, H, L, L), -inf where the layer masks
         L = q.shape[-2]
         allowed = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
         logits = logits.masked_fill(~allowed, -math.inf)

@@ -43,7 +43,7 @@ Shape:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -177,6 +177,7 @@ def compare_position_schemes(
     warmup_steps: int = 50,
     num_sequences: int = 256,
     progress: bool = False,
+    builders: Mapping[str, Callable[[ModelConfig], TinyTransformer]] | None = None,
 ) -> PositionComparison:
     """Train every scheme on the lag task with every seed and measure the accuracy at
     each position up to ``eval_length`` (the trained comparison of chapter 4).
@@ -213,6 +214,10 @@ def compare_position_schemes(
         warmup_steps: linear warm-up steps.
         num_sequences: evaluation sequences.
         progress: print the mean loss while training.
+        builders: schemes of the caller's own: name -> a function from the config to
+            a fresh model (chapter 10's hybrid,
+            :func:`companion.hybrid_positions.compare_hybrid_positions`); a name here
+            may appear in ``schemes`` and must not be a built-in scheme's.
 
     Returns:
         A :class:`PositionComparison`.
@@ -224,6 +229,16 @@ def compare_position_schemes(
             TypeError, "schemes", "a non-empty sequence of names", schemes
         )
     options = (*COMPARISON_SCHEMES, "sinusoidal", "learned")
+    if builders is None:
+        builders = {}
+    _validate.instance("builders", builders, Mapping, "a dict of name -> function")
+    for name, make in builders.items():
+        if not isinstance(name, str) or name in options:
+            raise ValueError(
+                f"builders must name schemes of its own (not {options}), got {name!r}"
+            )
+        _validate.callable_(f"builders[{name!r}]", make)
+    options = (*options, *builders)
     schemes = tuple(
         _validate.choice(f"schemes[{i}]", s, options) for i, s in enumerate(schemes)
     )
@@ -281,10 +296,8 @@ def compare_position_schemes(
     shorter: dict[tuple[str, int], torch.Tensor] = {}
     for scheme in schemes:
         jobs = [(n, seed) for n in budget[scheme] for seed in seed_list]
-        nets = [
-            experiments.build(lambda s=scheme: position_family_model(s, config), seed)
-            for _, seed in jobs
-        ]
+        make = builders.get(scheme, lambda c, s=scheme: position_family_model(s, c))
+        nets = [experiments.build(lambda m=make: m(config), seed) for _, seed in jobs]
         if progress:
             print(f"{scheme}: seeds {seed_list}, {budget[scheme]} steps")
         runs = experiments.train_batched(

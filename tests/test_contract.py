@@ -37,6 +37,7 @@ MODULES = [
     "relative",
     "rope_variants",
     "position_comparison",
+    "hybrid_positions",
     "attention",
     "norm",
     "model",

@@ -68,6 +68,16 @@ class _V3:
     kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim = 512, 64, 128, 128
 
 
+class _Hybrid:
+    """The fields of Qwen3-Next-80B-A3B's config.json (transformers' Qwen3NextConfig
+    defaults): 48 layers, every fourth full attention."""
+
+    layer_types = (["linear_attention"] * 3 + ["full_attention"]) * 12
+    linear_num_key_heads, linear_num_value_heads = 16, 32
+    linear_key_head_dim = linear_value_head_dim = 128
+    linear_conv_kernel_dim, num_key_value_heads, head_dim = 4, 2, 256
+
+
 ROW = torch.tensor([1.2, -0.5, 3.1, 0.4, 5.0, 2.2, -1.0, 4.1, 0.3], dtype=torch.float64)
 
 DIAGRAMS = {
@@ -83,8 +93,10 @@ DIAGRAMS = {
     "kv_cache window": lambda: diagrams.kv_cache(12, window=4),
     "kv_cache sinks": lambda: diagrams.kv_cache(12, sinks=2, window=4),
     "sink_column": lambda: diagrams.sink_column(),
+    "learned_sink": lambda: diagrams.learned_sink(),
     "mla_paths": lambda: diagrams.mla_paths(_V3()),
     "attention_tiles": lambda: diagrams.attention_tiles(),
+    "hybrid_stack": lambda: diagrams.hybrid_stack(_Hybrid()),
 }
 
 
@@ -377,6 +389,32 @@ def test_sink_column_weights_are_the_causal_softmax(length: int, score: float) -
                 assert text == f"{expected:.2f}"
 
 
+@pytest.mark.parametrize(
+    ("length", "sink", "padding"), [(5, 0.0, 1), (4, 1.5, 0), (8, -2.0, 3)]
+)
+def test_learned_sink_weights_take_the_sink_column(length, sink, padding) -> None:
+    """Query i (after the padding) sees n = i - padding + 1 keys of score 0: each gets
+    1 / (n + e^sink), the sink column e^sink / (n + e^sink); a padding query gives the
+    sink all its weight; masked keys show no number."""
+    fig = diagrams.learned_sink(length, sink=sink, padding=padding)
+    for i in range(length):
+        n = i - padding + 1
+        for j in range(length + 1):
+            text = _text(fig, f"weights-{i}-{j}")
+            if j == length:
+                share = 1.0 if n <= 0 else math.exp(sink) / (n + math.exp(sink))
+                assert text == f"{share:.2f}"
+            elif j < padding or j > i:
+                assert text == ""
+            else:
+                assert text == f"{1.0 / (n + math.exp(sink)):.2f}"
+    labels = [t.get_text() for t in fig.findobj(matplotlib.text.Text)]
+    assert labels.count("pad") == padding and "sink" in labels
+    assert [f"query {i}" in labels for i in range(length)] == [
+        i >= padding for i in range(length)
+    ]
+
+
 def test_mla_paths_label_the_widths_and_the_cache() -> None:
     fig = diagrams.mla_paths(_V3())
     assert _text(fig, "latent").endswith("width 512")
@@ -434,6 +472,7 @@ def test_diagram_draws_on_the_empty_figure_it_is_given(name: str) -> None:
         "online_softmax": (ROW,),
         "model_stack": (_tiny(),),
         "mla_paths": (_V3(),),
+        "hybrid_stack": (_Hybrid(),),
     }.get(name, ())
     fig = getattr(diagrams, name)(*args, fig=target)
     assert fig is target and fig.axes
@@ -445,6 +484,29 @@ def test_diagrams_touch_no_global_setting() -> None:
     for draw in DIAGRAMS.values():
         draw()
     assert dict(matplotlib.rcParams) == before
+
+
+def test_hybrid_stack_draws_each_layers_cache_from_the_formula() -> None:
+    """Each layer's box: its kind from layer_types and its bytes, computed here by hand
+    (state H_v d_k d_v in float32 plus (K - 1)(2 H_k d_k + H_v d_v) in bfloat16; keys
+    and values 2 H_kv D in bfloat16 per token), and the foot's totals."""
+    c, length = _Hybrid(), 4096
+    fig = diagrams.hybrid_stack(c, layers=8, length=length)
+    state = 32 * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 32 * 128) * 2  # one linear layer
+    kv = 2 * 2 * 256 * 2 * length  # one full layer
+    for k in range(8):
+        text = _text(fig, f"layer-{k}")
+        if k % 4 == 3:
+            assert text == f"{k}: gated attention, KV {kv / 2**20:,.1f} MiB"
+        else:
+            assert text == f"{k}: Gated DeltaNet, state {state / 2**20:,.1f} MiB"
+    total = 36 * state + 12 * kv
+    full = 48 * kv
+    assert _text(fig, "total") == (
+        f"whole model: {total / 2**20:,.1f} MiB\n"
+        f"(every layer full attention: {full / 2**20:,.1f} MiB)"
+    )
+    assert len([t for t in fig.findobj(matplotlib.text.Text) if (t.get_gid() or "").startswith("layer-")]) == 8  # fmt: skip
 
 
 # ---- bad input ------------------------------------------------------------------------------
@@ -707,6 +769,30 @@ BAD_INPUTS: list[tuple[str, object, type[Exception], str]] = [
         TypeError,
         r"^is_causal must be a bool",
     ),
+    (
+        "learned_sink",
+        lambda: diagrams.learned_sink(9),
+        ValueError,
+        r"^length must be an int <= 8, got 9$",
+    ),
+    (
+        "learned_sink",
+        lambda: diagrams.learned_sink(5, padding=5),
+        ValueError,
+        r"^padding must be an int <= 4, got 5$",
+    ),
+    (
+        "hybrid_stack",
+        lambda: diagrams.hybrid_stack(_Hybrid(), layers=13),
+        ValueError,
+        r"^layers must be an int <= 12, got 13$",
+    ),
+    (
+        "hybrid_stack",
+        lambda: diagrams.hybrid_stack(object()),
+        TypeError,
+        r"^config must be a Qwen3NextConfig",
+    ),
 ]
 
 
@@ -726,12 +812,12 @@ def _cells(path: Path) -> list[dict]:
 
 
 CHAPTERS = sorted(
-    p for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb") if 1 <= int(p.name[:2]) <= 10
+    p for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb") if 1 <= int(p.name[:2]) <= 12
 )
 
 
-def test_chapters_one_to_ten_are_all_found() -> None:
-    assert [int(p.name[:2]) for p in CHAPTERS] == list(range(1, 11))
+def test_chapters_one_to_twelve_are_all_found() -> None:
+    assert [int(p.name[:2]) for p in CHAPTERS] == list(range(1, 13))
 
 
 @pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
@@ -766,6 +852,7 @@ def test_the_diagrams_roles_have_colours_of_their_own() -> None:
         diagrams.attention_tiles(),
         diagrams.online_softmax(ROW),
         diagrams.sink_column(),
+        diagrams.learned_sink(),
     ):
         used = {
             matplotlib.colors.to_hex(c)

@@ -23,7 +23,10 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from companion import experiments
 from companion import linear_attention as la
+from companion import stability as _stab
+from companion.model import CausalSelfAttention, ModelConfig, TinyTransformer
 
 hf = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
 
@@ -386,5 +389,163 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize(("name", "thunk", "exc", "match"), BAD_INPUTS)
 def test_bad_input_raises_before_any_computation(name, thunk, exc, match):
+    with pytest.raises(exc, match=match):
+        thunk()
+
+
+# ---- the tiny model with linear attention (chapter 11's trained comparison) -----------
+
+_CFG = ModelConfig(
+    vocab_size=11, dim=16, num_heads=2, num_layers=2, position="sinusoidal"
+)
+
+
+def _pair(seed=0):
+    """A plain causal layer and a linear one with the same weights, float64."""
+    torch.manual_seed(seed)
+    plain = CausalSelfAttention(16, 4).double()
+    linear = la.LinearSelfAttention(16, 4).double()
+    linear.load_state_dict(plain.state_dict())
+    return plain, linear
+
+
+def test_linear_self_attention_is_the_plain_layer_with_the_op_replaced():
+    plain, linear = _pair()
+    x = torch.randn(3, 9, 16, dtype=F64, generator=torch.Generator().manual_seed(1))
+    out = linear(x)
+    assert out.shape == x.shape and out.dtype == F64
+    q, k, v = (plain._split(p(x)) for p in (plain.q_proj, plain.k_proj, plain.v_proj))
+    for mode in ("parallel", "recurrent"):  # the op in both forms
+        heads = la.linear_attention(q, k, v, "elu1", mode=mode)  # (B, H, L, D/H)
+        want = plain.out_proj(heads.transpose(1, 2).reshape(3, 9, 16))
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    assert (out - plain(x)).abs().max() > 1e-3  # the softmax layer is another function
+    # causal: the output at t does not depend on later positions
+    later = x.clone()
+    later[:, 5:] += 1.0
+    torch.testing.assert_close(linear(later)[:, :5], out[:, :5], rtol=0, atol=0)
+    # the hook's non-causal form is linear_attention's non-causal form
+    got = linear.attend(q, k, v, is_causal=False)
+    torch.testing.assert_close(got, la.linear_attention(q, k, v, causal=False))
+
+
+def test_linear_attention_weights_are_the_rows_of_the_op():
+    q, k, v = [*_inputs(2, hk=4, unit=False)[:2], _inputs(3, h=4)[2]]
+    for causal in (True, False):
+        w = la.linear_attention_weights(q, k, causal=causal)  # (B, H, L, L)
+        torch.testing.assert_close(
+            w @ v, la.linear_attention(q, k, v, causal=causal), rtol=1e-12, atol=1e-12
+        )
+        torch.testing.assert_close(w.sum(-1), torch.ones_like(w[..., 0]))
+        assert (w >= 0).all()
+    assert (w.triu(1) != 0).any()
+    causal_w = la.linear_attention_weights(q, k)
+    assert (causal_w.triu(1) == 0).all()
+    # one entry from the formula, in a float64 loop
+    phi = la.FEATURE_MAPS["elu1"]
+    t, s = 7, 3
+    num = (phi(q[1, 2, t]) * phi(k[1, 2, s])).sum()
+    den = sum((phi(q[1, 2, t]) * phi(k[1, 2, j])).sum() for j in range(t + 1))
+    assert abs(causal_w[1, 2, t, s] - num / den) < 1e-14
+    low = la.linear_attention_weights(q.float(), k.float())
+    assert low.dtype == torch.float32
+
+
+def test_linear_tiny_transformer_differs_from_the_base_in_attention_only():
+    torch.manual_seed(0)
+    base = TinyTransformer(_CFG)
+    net = la.LinearTinyTransformer(_CFG)
+    net.load_state_dict(base.state_dict())  # the same parameters, names and shapes
+    layers = [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
+    assert len(layers) == 2 and all(type(m) is la.LinearSelfAttention for m in layers)
+    ids = torch.randint(11, (3, 12), generator=torch.Generator().manual_seed(2))
+    logits = net(ids)
+    assert logits.shape == (3, 12, 11)
+    assert (logits - base(ids)).abs().max() > 1e-3
+    for name in ("none", "learned"):
+        la.LinearTinyTransformer(ModelConfig(vocab_size=11, dim=16, position=name))
+
+
+def test_batched_training_of_linear_models_is_one_at_a_time_training():
+    """The comparison trains its models through experiments.train_batched (vmap over
+    the models): the same updates as experiments.train, one model at a time."""
+    task = {"batch_size": 4, "length": 10, "lag": 3}
+    seeds = [0, 1]
+
+    def make():
+        return la.LinearTinyTransformer(_CFG)
+
+    together = [experiments.build(make, s) for s in seeds]
+    runs = experiments.train_batched(together, seeds=seeds, steps=3, lr=1e-2, **task)
+    for s, m, r in zip(seeds, together, runs, strict=True):
+        alone = experiments.build(make, s)
+        want = experiments.train(alone, steps=3, lr=1e-2, seed=s, **task)
+        assert r.losses == pytest.approx(want.losses, rel=1e-5)
+        for p, q in zip(m.parameters(), alone.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+
+
+def test_lag_weight_reads_softmax_as_chapter_9_does_and_linear_from_its_weights():
+    torch.manual_seed(0)
+    sizes = la.LINEAR_VS_SOFTMAX_SIZES
+    plain, linear = TinyTransformer(sizes), la.LinearTinyTransformer(sizes)
+    probe = la.lag_probe(8)
+    assert probe.shape == (8, la.LINEAR_VS_SOFTMAX_TASK["length"])
+    assert torch.equal(probe, la.lag_probe(8))  # no training seed: the same every time
+    got = la.lag_weight([plain], probe, lag=3)  # (models, layers, H)
+    assert got.shape == (1, 1, 4) and got.dtype == F64
+    torch.testing.assert_close(got, _stab.lag_weight([plain], probe, lag=3))
+    # linear: the diagonal t - lag of linear_attention_weights on the layer's input
+    layer = next(m for m in linear.modules() if isinstance(m, la.LinearSelfAttention))
+    seen = []
+    hook = layer.register_forward_pre_hook(lambda _, a: seen.append(a[0]))
+    linear(probe)
+    hook.remove()
+    q, k = layer._split(layer.q_proj(seen[0])), layer._split(layer.k_proj(seen[0]))
+    w = la.linear_attention_weights(q, k)  # (B, H, L, L)
+    want = torch.stack([w[:, :, t, t - 3] for t in range(3, w.shape[-1])], -1)
+    torch.testing.assert_close(
+        la.lag_weight([linear], probe, lag=3)[0, 0], want.mean(dim=(0, 2)).double()
+    )
+    assert la.lag_weight([plain, linear]).shape == (2, 1, 4)  # default probe and lag
+
+
+_layer = la.LinearSelfAttention(16, 4)
+_qh = torch.randn(2, 4, 5, 4)
+_tiny = la.LinearTinyTransformer(_CFG)
+_rope = TinyTransformer(ModelConfig(vocab_size=11, dim=16, position="rope"))
+
+MODEL_BAD_INPUTS = [
+    ("LinearSelfAttention", lambda: la.LinearSelfAttention(16, 5), ValueError, r"^dim must be divisible by num_heads, got dim=16, num_heads=5"),
+    ("LinearSelfAttention", lambda: la.LinearSelfAttention(16.0, 4), TypeError, r"^dim must be an int"),
+    ("LinearSelfAttention", lambda: _layer(torch.randn(5, 16)), ValueError, r"^x must have 3 dimensions"),
+    ("LinearSelfAttention", lambda: _layer(torch.randn(2, 5, 8)), ValueError, r"^x must have size 16 \(dim\) in dimension -1, got shape \(2, 5, 8\)"),
+    ("LinearSelfAttention", lambda: _layer.attend(_qh, _qh, _qh, mask=torch.ones(5, 5, dtype=torch.bool)), ValueError, r"^mask must be None: LinearSelfAttention builds its own mask"),
+    ("LinearTinyTransformer", lambda: la.LinearTinyTransformer(ModelConfig(vocab_size=11, dim=16, position="rope")), ValueError, r"^config.position must be one of 'none', 'sinusoidal', 'learned' \(positions added to the embedding\), got 'rope'"),
+    ("LinearTinyTransformer", lambda: la.LinearTinyTransformer({"vocab_size": 11}), TypeError, r"^config must be a ModelConfig"),
+    ("LinearTinyTransformer", lambda: _tiny(torch.zeros(2, 5)), TypeError, r"^input_ids must be an integer tensor"),
+    ("linear_attention_weights", lambda: la.linear_attention_weights(_qh.long(), _qh), TypeError, r"^query must be a floating-point tensor"),
+    ("linear_attention_weights", lambda: la.linear_attention_weights(_qh, _qh[..., :3, :]), ValueError, r"^query and key must have the same length when causal"),
+    ("linear_attention_weights", lambda: la.linear_attention_weights(_qh, _qh, feature_map="relu"), ValueError, r"^feature_map must be one of 'elu1'"),
+    ("linear_attention_weights", lambda: la.linear_attention_weights(_qh, _qh, causal="yes"), TypeError, r"^causal must be a bool"),
+    ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0, 0]), ValueError, r"^seed_list must not repeat a seed"),
+    ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs(3), TypeError, r"^seed_list must be a non-empty sequence of ints"),
+    ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], steps=0), ValueError, r"^steps must be a positive int, got 0"),
+    ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], lr=-1.0), ValueError, r"^lr must be"),
+    ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], steps=10, warmup_steps=10), ValueError, r"^warmup_steps must be fewer than steps \(10\), got 10"),
+    ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], device="gpu0"), ValueError, r"^device must be a device such as 'cpu' or 'cuda', got 'gpu0'"),
+    ("lag_probe", lambda: la.lag_probe(0), ValueError, r"^num_sequences must be a positive int, got 0"),
+    ("lag_weight", lambda: la.lag_weight(_tiny), TypeError, r"^models must be a non-empty sequence of trained models"),
+    ("lag_weight", lambda: la.lag_weight([]), TypeError, r"^models must be a non-empty sequence of trained models"),
+    ("lag_weight", lambda: la.lag_weight([_tiny], torch.zeros(2, 9)), TypeError, r"^probe must be an integer tensor"),
+    ("lag_weight", lambda: la.lag_weight([_tiny], lag=24), ValueError, r"^lag must be less than the probe's length \(24\), got 24"),
+    ("lag_weight", lambda: la.lag_weight([_tiny], lag=0), ValueError, r"^lag must be a positive int, got 0"),
+    ("lag_weight", lambda: la.lag_weight([_rope]), ValueError, r"^models\[0\] must use plain or linear attention, got a RotarySelfAttention"),
+    ("lag_weight", lambda: la.lag_weight([_layer]), TypeError, r"^models\[0\] must be a TinyTransformer"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "thunk", "exc", "match"), MODEL_BAD_INPUTS)
+def test_bad_model_input_raises_before_any_computation(name, thunk, exc, match):
     with pytest.raises(exc, match=match):
         thunk()

@@ -112,11 +112,8 @@ def test_softcapped_attention_large_cap_is_plain_attention() -> None:
 SMALL = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
 
 
-@pytest.mark.parametrize("kind", ["rope", "qk_norm", "softcap"])
-def test_attention_maps_reproduce_each_layer(kind: str) -> None:
-    companion.seed_everything(0)
-    net = modern.ModernTinyTransformer(SMALL, attention=kind, cap=2.0).double()
-    ids = torch.randint(16, (3, 9), generator=torch.Generator().manual_seed(2))
+def _layer_inputs_and_outputs(net, ids):
+    """The attention layers of ``net`` and, per layer, its input and output on ``ids``."""
     layers = [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
     seen = []
     hooks = [
@@ -126,6 +123,15 @@ def test_attention_maps_reproduce_each_layer(kind: str) -> None:
     net(ids)
     for h in hooks:
         h.remove()
+    return layers, seen
+
+
+@pytest.mark.parametrize("kind", ["rope", "qk_norm", "softcap"])
+def test_attention_maps_reproduce_each_layer(kind: str) -> None:
+    companion.seed_everything(0)
+    net = modern.ModernTinyTransformer(SMALL, attention=kind, cap=2.0).double()
+    ids = torch.randint(16, (3, 9), generator=torch.Generator().manual_seed(2))
+    layers, seen = _layer_inputs_and_outputs(net, ids)
     maps = modern.attention_maps(net, ids)  # (layers, B, H, L, L)
     assert maps.shape == (2, 3, 4, 9, 9)
     torch.testing.assert_close(maps.sum(-1), torch.ones(2, 3, 4, 9, dtype=F64))
@@ -134,6 +140,32 @@ def test_attention_maps_reproduce_each_layer(kind: str) -> None:
         heads = w @ m._split(m.v_proj(x))  # (B, H, L, D/H)
         merged = heads.transpose(1, 2).reshape(3, 9, 32)
         torch.testing.assert_close(m.out_proj(merged), out)
+
+
+def test_attention_maps_apply_a_layer_s_own_window() -> None:
+    """A sliding-window RoPE layer (chapter 10's hybrid, a ``score_bias``): its map is
+    zero outside the window and still reproduces the layer's output; without the bias
+    the map would spread over the whole prefix (the bug this pins)."""
+    from companion.hybrid_positions import HybridPositionTransformer
+
+    companion.seed_everything(0)
+    config = ModelConfig(
+        vocab_size=16, dim=32, num_heads=4, num_layers=2, position="none"
+    )
+    net = HybridPositionTransformer(config, ("rope-local", "nope-global"), window=3)
+    net = net.double()
+    ids = torch.randint(16, (2, 9), generator=torch.Generator().manual_seed(2))
+    layers, seen = _layer_inputs_and_outputs(net, ids)
+    maps = modern.attention_maps(net, ids)  # (2, B, H, 9, 9)
+    i, j = torch.meshgrid(torch.arange(9), torch.arange(9), indexing="ij")
+    outside = (j > i) | (i - j >= 3)
+    assert (maps[0][..., outside] == 0).all() and (maps[0][..., ~outside] > 0).all()
+    assert (maps[1][..., j <= i] > 0).all()  # the NoPE layer sees its whole prefix
+    for m, (x, out), w in zip(layers, seen, maps, strict=True):
+        heads = w @ m._split(m.v_proj(x))  # (B, H, L, D/H)
+        torch.testing.assert_close(
+            m.out_proj(heads.transpose(1, 2).reshape(2, 9, 32)), out
+        )
 
 
 def test_attention_maps_plain_causal_and_refuses_alibi() -> None:

@@ -1,4 +1,4 @@
-"""The appendix's claims (book/10_performance.ipynb), each against an oracle.
+"""The appendix's claims (book/12_performance.ipynb), each against an oracle.
 
 The package's full attention moves the score matrix so often (about 12 float32 L x L
 matrices) that its intensity is the same at any length, about 5 flop/byte at D = 64 and 10 at

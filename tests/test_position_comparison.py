@@ -267,6 +267,24 @@ BAD_INPUTS = [
         ValueError,
         r"^window must be a positive int",
     ),
+    (
+        "compare_position_schemes",
+        lambda: PC.compare_position_schemes(("rope",), builders={"rope": len}),
+        ValueError,
+        "builders must name schemes of its own",
+    ),
+    (
+        "compare_position_schemes",
+        lambda: PC.compare_position_schemes(("x",), builders={"x": 3}),
+        TypeError,
+        r"builders\['x'\] must be callable",
+    ),
+    (
+        "compare_position_schemes",
+        lambda: PC.compare_position_schemes(("x",), builders=[("x", len)]),
+        TypeError,
+        "builders must be a dict",
+    ),
 ]
 
 

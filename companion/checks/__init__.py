@@ -28,22 +28,24 @@ The learner's function is called with **positional** arguments in the order the 
 states, on copies of the inputs; its answer may be a tensor, a NumPy array, a nested
 list or (where a number is asked) a Python number.
 
-===============  =====================  ======================================
-module           chapter                checkers
-===============  =====================  ======================================
-``environment``  0 Setting up           :func:`check_softmax`
-``positional``   1 Sinusoidal encoding  :func:`check_sinusoidal_encoding`, ...
-``rope``         2 RoPE                 :func:`check_apply_rope`, ...
-``extension``    3 Context extension    :func:`check_alibi_slopes`, ...
-``relative``     4 Position family      :func:`check_t5_bucket`, ...
-``attention``    5 Attention            :func:`check_attention`, ...
-``norm``         6 Normalization        :func:`check_layer_norm`, ...
-``model``        7 A tiny Transformer   :func:`check_lag_targets`, ...
-``decoder``      8 Real models          :func:`check_kv_cache_bytes`, ...
-``modern``       9 Modern decoders      :func:`check_receptive_field`, ...
-``mla``          9 Modern decoders      :func:`check_mla_cache_bytes`, ...
-``performance``  Appendix: performance  :func:`check_ulp32`, ...
-===============  =====================  ======================================
+====================  =====================  ======================================
+module                chapter                checkers
+====================  =====================  ======================================
+``environment``       0 Setting up           :func:`check_softmax`
+``positional``        1 Sinusoidal encoding  :func:`check_sinusoidal_encoding`, ...
+``rope``              2 RoPE                 :func:`check_apply_rope`, ...
+``extension``         3 Context extension    :func:`check_alibi_slopes`, ...
+``relative``          4 Position family      :func:`check_t5_bucket`, ...
+``attention``         5 Attention            :func:`check_attention`, ...
+``norm``              6 Normalization        :func:`check_layer_norm`, ...
+``model``             7 A tiny Transformer   :func:`check_lag_targets`, ...
+``decoder``           8 Real models          :func:`check_kv_cache_bytes`, ...
+``modern``            9 Modern decoders      :func:`check_receptive_field`, ...
+``mla``               9 Modern decoders      :func:`check_mla_cache_bytes`, ...
+``attention_2026``    10 Attention 2025-26   :func:`check_sink_softmax`, ...
+``linear_attention``  11 Linear attention    :func:`check_delta_rule_step`, ...
+``performance``       Appendix: performance  :func:`check_ulp32`, ...
+====================  =====================  ======================================
 
 Writing a checker for a new chapter (say ``decoder.py`` for chapter 8):
 
@@ -87,6 +89,12 @@ from companion.checks.attention import (
     check_split_heads,
     check_tiled_attention,
 )
+from companion.checks.attention_2026 import (
+    check_chunked_mask,
+    check_nope_layers,
+    check_proportional_pairs,
+    check_sink_softmax,
+)
 from companion.checks.decoder import (
     check_cached_attention,
     check_kv_cache_bytes,
@@ -98,6 +106,12 @@ from companion.checks.extension import (
     check_llama3_frequencies,
     check_ntk_aware_base,
     check_yarn_ramp,
+)
+from companion.checks.linear_attention import (
+    check_chunked_delta_rule,
+    check_delta_rule_step,
+    check_hybrid_cache_bytes,
+    check_qwen3_next_gates,
 )
 from companion.checks.mla import (
     check_absorbed_scores,
@@ -158,8 +172,12 @@ __all__ = [
     "check_batch_norm",
     "check_cached_attention",
     "check_causal_mask",
+    "check_chunked_delta_rule",
+    "check_chunked_mask",
     "check_decay_sum",
+    "check_delta_rule_step",
     "check_dot_product_curve",
+    "check_hybrid_cache_bytes",
     "check_kv_cache_bytes",
     "check_lag_targets",
     "check_layer_norm",
@@ -167,10 +185,13 @@ __all__ = [
     "check_masked_accuracy",
     "check_masked_attention",
     "check_mla_cache_bytes",
+    "check_nope_layers",
     "check_normalized_positions",
     "check_ntk_aware_base",
     "check_p_rope_frequencies",
     "check_padding_position_ids",
+    "check_proportional_pairs",
+    "check_qwen3_next_gates",
     "check_receptive_field",
     "check_repeat_kv",
     "check_residual_blocks",
@@ -184,6 +205,7 @@ __all__ = [
     "check_shift_matrix",
     "check_shift_recurrence",
     "check_sink_cache_keep",
+    "check_sink_softmax",
     "check_sinusoidal_encoding",
     "check_softmax",
     "check_split_heads",
