@@ -255,7 +255,7 @@ def compare_hybrid_positions(
     One call to :func:`companion.position_comparison.compare_position_schemes` with the
     schemes :data:`HYBRID_SCHEMES`, ``"hybrid"`` built as a
     :class:`HybridPositionTransformer` of ``pattern`` and ``window`` on the same sizes
-    as the others; ``"rope"`` and ``"none"`` are chapter 4's models. Read the result
+    as the others; ``"rope"`` and ``"none"`` are the position family's models. Read the result
     with :meth:`~companion.position_comparison.PositionComparison.inside` and
     :meth:`~companion.position_comparison.PositionComparison.beyond` (the positions past
     ``L_0`` only).

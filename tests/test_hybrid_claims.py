@@ -60,7 +60,7 @@ def test_hybrid_and_rope_solve_the_trained_positions(hybrid) -> None:
 def test_hybrid_extrapolates_where_all_rope_fails(hybrid) -> None:
     """Beyond L0 only: every hybrid seed above HYBRID_BEYOND (and at every position
     above HYBRID_WORST), every all-RoPE seed below ROPE_BEYOND; all-RoPE holds to twice
-    the length and fails past it (chapter 4's reading)."""
+    the length and fails past it (the position family's reading)."""
     L0 = hybrid.training_length
     assert (hybrid.beyond("hybrid") > HYBRID_BEYOND).all()
     assert (hybrid.accuracy["hybrid"][:, L0:].min(dim=1).values > HYBRID_WORST).all()

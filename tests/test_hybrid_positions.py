@@ -129,7 +129,7 @@ def test_pattern_builds_one_layer_per_entry() -> None:
 @pytest.mark.parametrize(("kind", "position"), [("rope-global", "rope"),
                                                 ("nope-global", "none")])  # fmt: skip
 def test_uniform_patterns_are_the_tiny_transformer(kind: str, position: str) -> None:
-    """All-RoPE and all-NoPE patterns are chapter 4's models, weight for weight."""
+    """All-RoPE and all-NoPE patterns are the position family's models, weight for weight."""
     ours = E.build(lambda: HP.HybridPositionTransformer(_CONFIG, (kind,) * 2), 3)
     theirs = E.build(
         lambda: M.TinyTransformer(dataclasses.replace(_CONFIG, position=position)), 3
