@@ -57,7 +57,13 @@ from torch import Tensor, nn
 from companion import _validate, experiments
 from companion.attention import attention_weights
 from companion.experiments import SeedRuns
-from companion.model import CausalSelfAttention, ModelConfig, TinyTransformer, lag_task
+from companion.model import (
+    CausalSelfAttention,
+    ModelConfig,
+    TinyTransformer,
+    attention_inputs,
+    lag_task,
+)
 
 __all__ = [
     "FEATURE_MAPS",
@@ -102,6 +108,26 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 # ---- linear attention ----------------------------------------------------------------------
 
 
+def _feature_map_and_causal(
+    feature_map: object, causal: object, query: Tensor, key: Tensor
+) -> tuple[Callable[[Tensor], Tensor], bool]:
+    """The feature map (a name of FEATURE_MAPS or a callable) and the causal flag, checked;
+    causal needs as many keys as queries."""
+    if isinstance(feature_map, str):
+        phi = FEATURE_MAPS[
+            _validate.choice("feature_map", feature_map, tuple(FEATURE_MAPS))
+        ]
+    else:
+        phi = _validate.callable_("feature_map", feature_map)
+    causal = _validate.flag("causal", causal)
+    if causal and query.shape[-2] != key.shape[-2]:
+        raise ValueError(
+            f"query and key must have the same length when causal=True, got query "
+            f"{tuple(query.shape)} and key {tuple(key.shape)}"
+        )
+    return phi, causal
+
+
 def linear_attention(
     query: Tensor,
     key: Tensor,
@@ -141,19 +167,8 @@ def linear_attention(
         Output ``(B, H, L, Dv)``, in query's dtype.
     """
     batch = _validate.attention_inputs(query, key, value)
-    if isinstance(feature_map, str):
-        phi = FEATURE_MAPS[
-            _validate.choice("feature_map", feature_map, tuple(FEATURE_MAPS))
-        ]
-    else:
-        phi = _validate.callable_("feature_map", feature_map)
-    causal = _validate.flag("causal", causal)
+    phi, causal = _feature_map_and_causal(feature_map, causal, query, key)
     mode = _validate.choice("mode", mode, _LA_MODES)
-    if causal and query.shape[-2] != key.shape[-2]:
-        raise ValueError(
-            f"query and key must have the same length when causal=True, got query "
-            f"{tuple(query.shape)} and key {tuple(key.shape)}"
-        )
     dtype = _compute_dtype(query.dtype)
     fq = phi(query.to(dtype))  # (..., L, D)
     fk = phi(key.to(dtype))  # (..., S, D)
@@ -500,10 +515,10 @@ def linear_attention_weights(
 
     .. math::
 
-        a_{ts} = \frac{\phi(q_t)^\top \phi(k_s)}{\sum_{s' \le t} \phi(q_t)^\top \phi(k_{s'})}
-        \quad (s \le t;\ 0 \text{ above the diagonal when causal}),
+        a_{ts} = \frac{\phi(q_t)^\top \phi(k_s)}{\sum_{s'} \phi(q_t)^\top \phi(k_{s'})},
 
-    so that ``linear_attention(q, k, v) == linear_attention_weights(q, k) @ v`` up to
+    the sum running over the keys ``s' <= t`` when ``causal`` (and ``a_{ts} = 0`` for
+    ``s > t``), over every key otherwise; so that ``linear_attention(q, k, v) == linear_attention_weights(q, k) @ v`` up to
     rounding (tested): each row is a probability distribution over the keys, as a
     softmax row (:func:`companion.attention.attention_weights`) is, with the positive
     kernel ``phi(q).phi(k)`` in place of ``exp(q.k / sqrt(D))``.
@@ -518,18 +533,7 @@ def linear_attention_weights(
         Output ``(..., L, S)``, in query's dtype.
     """
     _validate.attention_inputs(query, key)
-    if isinstance(feature_map, str):
-        phi = FEATURE_MAPS[
-            _validate.choice("feature_map", feature_map, tuple(FEATURE_MAPS))
-        ]
-    else:
-        phi = _validate.callable_("feature_map", feature_map)
-    causal = _validate.flag("causal", causal)
-    if causal and query.shape[-2] != key.shape[-2]:
-        raise ValueError(
-            f"query and key must have the same length when causal=True, got query "
-            f"{tuple(query.shape)} and key {tuple(key.shape)}"
-        )
+    phi, causal = _feature_map_and_causal(feature_map, causal, query, key)
     dtype = _compute_dtype(query.dtype)
     a = phi(query.to(dtype)) @ phi(key.to(dtype)).transpose(-2, -1)  # (..., L, S)
     if causal:
@@ -768,18 +772,8 @@ def lag_weight(
                     f"models[{i}] must use plain or linear attention, got a "
                     f"{type(m).__name__}"
                 )
-        inputs: list[Tensor] = []
-        hooks = [
-            m.register_forward_pre_hook(lambda _, a, seen=inputs: seen.append(a[0]))
-            for m in layers
-        ]
-        try:
-            net(probe.to(net.embed.weight.device))
-        finally:
-            for h in hooks:
-                h.remove()
         per_layer = []
-        for m, x in zip(layers, inputs, strict=True):
+        for m, x in attention_inputs(net, probe.to(net.embed.weight.device)):
             q, k = m._split(m.q_proj(x)), m._split(m.k_proj(x))  # (B, H, L, D/H)
             if isinstance(m, LinearSelfAttention):
                 w = linear_attention_weights(q, k)  # (B, H, L, L)

@@ -329,6 +329,25 @@ class TinyTransformer(nn.Module):
         return self.head(x)  # (B, L, V)
 
 
+def attention_inputs(
+    net: TinyTransformer, input_ids: torch.Tensor
+) -> list[tuple[CausalSelfAttention, torch.Tensor]]:
+    """Run ``net`` once on ``input_ids``; each of its attention layers, in order, with the
+    input ``(B, L, D)`` it saw (recorded by forward pre-hooks, removed afterwards). The
+    probes that recompute a trained layer's weights start here (not in ``__all__``)."""
+    layers = [m for m in net.modules() if isinstance(m, CausalSelfAttention)]
+    inputs: list[torch.Tensor] = []
+    hooks = [
+        m.register_forward_pre_hook(lambda _, a: inputs.append(a[0])) for m in layers
+    ]
+    try:
+        net(input_ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    return list(zip(layers, inputs, strict=True))
+
+
 def parameter_count(model: nn.Module) -> int:
     """Number of trainable parameters of ``model``.
 

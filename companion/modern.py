@@ -21,6 +21,7 @@ from companion.model import (
     ModelConfig,
     RotarySelfAttention,
     TinyTransformer,
+    attention_inputs,
 )
 from companion.norm import RMSNorm
 
@@ -490,17 +491,8 @@ def attention_maps(
                 "net must use plain, RoPE, QK-norm or soft-capped attention, got a "
                 f"{type(m).__name__}"
             )
-    inputs: list[torch.Tensor] = []
-    hooks = [
-        m.register_forward_pre_hook(lambda _, a: inputs.append(a[0])) for m in layers
-    ]
-    try:
-        net(input_ids)
-    finally:
-        for h in hooks:
-            h.remove()
     maps = []
-    for m, x in zip(layers, inputs, strict=True):
+    for m, x in attention_inputs(net, input_ids):
         q, k = m._split(m.q_proj(x)), m._split(m.k_proj(x))  # (B, H, L, D/H)
         q, k = m.transform_qk(q, k)  # the layer's own: QK-norm, RoPE
         logits = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # (B, H, L, L)

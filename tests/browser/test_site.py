@@ -1267,7 +1267,9 @@ def test_every_chapter_but_the_environment_draws_a_diagram() -> None:
     one, the appendix included, names a diagram figure in its notebook, and the built book
     has each page."""
     pages = {rel[5:7] for rel in DIAGRAMS}
-    assert pages == {f"{n:02d}" for n in range(1, 11)}, sorted(pages)
+    notebooks = {p.name[:2] for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb")}
+    assert len(notebooks) >= 12, sorted(notebooks)  # the glob found the chapters
+    assert pages == notebooks - {"00"}, sorted(pages)
     if PAGES:
         missing = [rel for rel in DIAGRAMS if not (HTML / rel).is_file()]
         assert not missing, f"no built page for {missing}"
