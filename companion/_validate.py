@@ -175,6 +175,17 @@ def choice(name: str, value: object, options: Iterable[str]) -> str:
     raise fail(exc, name, f"one of {listed}", value)
 
 
+def choices(name: str, value: object, options: Iterable[str]) -> tuple[str, ...]:
+    """A non-empty tuple or list of distinct strings from ``options``, as a tuple."""
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        raise fail(TypeError, name, "a non-empty sequence of names", value)
+    options = tuple(options)
+    picked = tuple(choice(f"{name}[{i}]", v, options) for i, v in enumerate(value))
+    if len(set(picked)) != len(picked):
+        raise ValueError(f"{name} must not repeat a name, got {picked}")
+    return picked
+
+
 def callable_(name: str, value: object) -> Callable[..., Any]:
     """Anything callable (a function, a module, a class)."""
     if not callable(value):

@@ -38,7 +38,9 @@ book's causal attention layer with :func:`linear_attention` (``phi = elu + 1``) 
 of the softmax, :class:`LinearTinyTransformer` the tiny model built with it, and
 :func:`linear_vs_softmax_runs` trains it against the same model with softmax attention
 on the lag task (through :mod:`companion.experiments`, so ``make claims``' variants act);
-:func:`lag_weight` reads how much weight each head puts on the key the task asks for.
+:func:`lag_weight` reads how much weight each head puts on the key the task asks for;
+``labels=["linear (elu + 1)"]`` with :data:`LINEAR_LONG_STEPS` trains linear
+attention alone for six times the budget, until it solves the task.
 
 Shapes follow the book's legend, batch-first with heads before length: ``(B, H, L, D)``
 (Hugging Face's kernels take ``(B, L, H, D)``: transpose dims 1 and 2; a transposed view
@@ -67,6 +69,8 @@ from companion.model import (
 
 __all__ = [
     "FEATURE_MAPS",
+    "LINEAR_LONG_SEEDS",
+    "LINEAR_LONG_STEPS",
     "LINEAR_VS_SOFTMAX",
     "LINEAR_VS_SOFTMAX_LR",
     "LINEAR_VS_SOFTMAX_SEEDS",
@@ -640,6 +644,16 @@ LINEAR_VS_SOFTMAX_SEEDS = 6
 """Chapter 11's comparison trains :func:`~companion.experiments.seeds`
 ``(LINEAR_VS_SOFTMAX_SEEDS)`` per model."""
 
+LINEAR_LONG_STEPS = 960
+"""Chapter 11's longer runs — six times :data:`LINEAR_VS_SOFTMAX_STEPS`, the same
+warm-up, then half a cosine to zero over the longer budget: linear attention trained until
+it solves the task (in every seed and variant of ``make claims``; its loss still falls,
+slowly, when the schedule ends)."""
+
+LINEAR_LONG_SEEDS = 3
+"""Chapter 11's longer runs train :func:`~companion.experiments.seeds`
+``(LINEAR_LONG_SEEDS)`` linear-attention models."""
+
 LINEAR_VS_SOFTMAX: dict[str, type[TinyTransformer]] = {
     "softmax": TinyTransformer,
     "linear (elu + 1)": LinearTinyTransformer,
@@ -655,6 +669,7 @@ def linear_vs_softmax_runs(
     lr: float = LINEAR_VS_SOFTMAX_LR,
     warmup_steps: int = LINEAR_VS_SOFTMAX_WARMUP_STEPS,
     device: torch.device | str | None = None,
+    labels: Sequence[str] | None = None,
 ) -> dict[str, SeedRuns]:
     """Chapter 11's comparison: each model of :data:`LINEAR_VS_SOFTMAX` over
     ``seed_list``, at the same budget and learning rate.
@@ -677,6 +692,9 @@ def linear_vs_softmax_runs(
         lr: peak learning rate.
         warmup_steps: linear warm-up steps, fewer than ``steps``.
         device: where to train.
+        labels: which of :data:`LINEAR_VS_SOFTMAX` to train (``None``: both), e.g.
+            ``["linear (elu + 1)"]`` for the longer runs of
+            :data:`LINEAR_LONG_STEPS`.
 
     Returns:
         label -> :class:`~companion.experiments.SeedRuns`.
@@ -690,9 +708,13 @@ def linear_vs_softmax_runs(
             f"warmup_steps must be fewer than steps ({steps}), got {warmup_steps}"
         )
     device = _validate.device("device", device)
+    labels = _validate.choices(
+        "labels", tuple(LINEAR_VS_SOFTMAX) if labels is None else labels,
+        tuple(LINEAR_VS_SOFTMAX),
+    )  # fmt: skip
     return {
         label: experiments.run_seeds(
-            lambda cls=cls: cls(LINEAR_VS_SOFTMAX_SIZES),
+            lambda cls=LINEAR_VS_SOFTMAX[label]: cls(LINEAR_VS_SOFTMAX_SIZES),
             seed_list,
             device=device,
             steps=steps,
@@ -701,7 +723,7 @@ def linear_vs_softmax_runs(
             schedule="cosine",
             **LINEAR_VS_SOFTMAX_TASK,
         )
-        for label, cls in LINEAR_VS_SOFTMAX.items()
+        for label in labels
     }
 
 

@@ -227,7 +227,7 @@ def compare_position_schemes(
     if isinstance(schemes, str) or not isinstance(schemes, Sequence) or not schemes:
         raise _validate.fail(
             TypeError, "schemes", "a non-empty sequence of names", schemes
-        )
+        )  # before builders is read: the names are checked below, against it too
     options = (*COMPARISON_SCHEMES, "sinusoidal", "learned")
     if builders is None:
         builders = {}
@@ -239,11 +239,7 @@ def compare_position_schemes(
             )
         _validate.callable_(f"builders[{name!r}]", make)
     options = (*options, *builders)
-    schemes = tuple(
-        _validate.choice(f"schemes[{i}]", s, options) for i, s in enumerate(schemes)
-    )
-    if len(set(schemes)) != len(schemes):
-        raise ValueError(f"schemes must not repeat a name, got {schemes}")
+    schemes = _validate.choices("schemes", schemes, options)
     seed_list = (
         experiments.seeds(3)
         if seeds is None

@@ -534,6 +534,10 @@ MODEL_BAD_INPUTS = [
     ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], lr=-1.0), ValueError, r"^lr must be"),
     ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], steps=10, warmup_steps=10), ValueError, r"^warmup_steps must be fewer than steps \(10\), got 10"),
     ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], device="gpu0"), ValueError, r"^device must be a device such as 'cpu' or 'cuda', got 'gpu0'"),
+    ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], labels=["relu"]), ValueError, r"^labels\[0\] must be one of 'softmax', 'linear \(elu \+ 1\)', got 'relu'"),
+    ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], labels=["softmax", "softmax"]), ValueError, r"^labels must not repeat a name"),
+    ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], labels="softmax"), TypeError, r"^labels must be a non-empty sequence of names, got 'softmax'"),
+    ("linear_vs_softmax_runs", lambda: la.linear_vs_softmax_runs([0], labels=[]), TypeError, r"^labels must be a non-empty sequence of names"),
     ("lag_probe", lambda: la.lag_probe(0), ValueError, r"^num_sequences must be a positive int, got 0"),
     ("lag_weight", lambda: la.lag_weight(_tiny), TypeError, r"^models must be a non-empty sequence of trained models"),
     ("lag_weight", lambda: la.lag_weight([]), TypeError, r"^models must be a non-empty sequence of trained models"),
@@ -549,3 +553,23 @@ MODEL_BAD_INPUTS = [
 def test_bad_model_input_raises_before_any_computation(name, thunk, exc, match):
     with pytest.raises(exc, match=match):
         thunk()
+
+
+def test_linear_vs_softmax_runs_is_run_seeds_per_label():
+    """The docstring's equivalent, run for a few steps: each label's runs are
+    experiments.run_seeds on its class with the comparison's task and schedule (the same
+    losses, bit for bit), ``labels`` picks which, and both come by default, in order."""
+    kw = dict(steps=4, lr=1e-2, warmup_steps=1)
+    linear = "linear (elu + 1)"
+    runs = la.linear_vs_softmax_runs([3, 5], labels=[linear], **kw)
+    assert list(runs) == [linear]
+    direct = experiments.run_seeds(
+        lambda: la.LinearTinyTransformer(la.LINEAR_VS_SOFTMAX_SIZES), [3, 5],
+        schedule="cosine", **kw, **la.LINEAR_VS_SOFTMAX_TASK,
+    )  # fmt: skip
+    assert runs[linear].losses == direct.losses
+    assert all(type(m) is la.LinearTinyTransformer for m in runs[linear].models)
+    both = la.linear_vs_softmax_runs([3], **kw)
+    assert list(both) == list(la.LINEAR_VS_SOFTMAX) == ["softmax", linear]
+    assert type(both["softmax"].models[0]) is TinyTransformer
+    assert both[linear].losses[0] == direct.losses[0]  # same seed, same run
