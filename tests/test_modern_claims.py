@@ -140,8 +140,11 @@ def test_qk_norm_bound_at_initialization_and_softcap_slope() -> None:
 # exported settings (STABILITY_STEPS, STABILITY_CAP), read with
 # stability.measure_stability, first_token_mass and lag_weight, and the chapter's
 # bounds. Each test is one row of `make claims`; none names a seed. A trained run can
-# spike (its loss jumps back up after getting below 0.01): no bound here reads a trained
+# spike (its loss jumps back up after getting low): no bound here reads a trained
 # run's end state, only its lowest 20-step mean.
+
+TRAINED = 0.1  # nats: a run whose lowest 20-step mean loss is below it learned the task
+# (ln 16 = 2.77 is a uniform guess); the chapter asserts the same bound
 
 
 def test_adamw_normalises_a_constant_scale_not_a_shrinking_gradient() -> None:
@@ -218,14 +221,14 @@ def stability() -> tuple[dict, dict]:
 def test_plain_model_trains_at_lr_0_03_in_every_seed(stability) -> None:
     runs, m = stability
     assert len(runs["plain, lr 0.03"].seeds) == 6
-    assert (m["plain, lr 0.03"].lowest < 0.01).all()  # a 20-step mean loss
+    assert (m["plain, lr 0.03"].lowest < TRAINED).all()  # a 20-step mean loss
 
 
 @pytest.mark.trained(chapter=9)
 def test_plain_model_fails_at_lr_0_3_in_every_seed(stability) -> None:
     _, m = stability
     plain = m["plain, lr 0.3"]
-    assert (plain.lowest > 1.5).all()  # near ln 16 = 2.77, far from trained (< 0.01)
+    assert (plain.lowest > 1.5).all()  # near ln 16 = 2.77, far from trained (< TRAINED)
     assert (plain.accuracy < 0.5).all()  # ends below one half
     assert (plain.largest_logit > 1e5).all()  # the logits ran away
     assert (plain.one_hot > 0.9).all()  # and the attention rows went one-hot
@@ -235,7 +238,7 @@ def test_plain_model_fails_at_lr_0_3_in_every_seed(stability) -> None:
 def test_qk_norm_trains_at_lr_0_3_in_every_seed_under_its_bound(stability) -> None:
     _, m = stability
     qk = m["QK-norm, lr 0.3"]
-    assert (qk.lowest < 0.01).all()
+    assert (qk.lowest < TRAINED).all()
     assert (qk.layer_logit <= qk.bound).all()  # the bound of the trained gains
     assert (qk.gain.amax(dim=1) > 1).all()  # each seed's gains grew from 1
     # and the bound rose above its initial sqrt(8) (gains 1, D = 8), every seed and layer
