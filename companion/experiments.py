@@ -30,7 +30,7 @@ comparison of the position family), :mod:`companion.capstone` (chapter 7's schem
 comparison, Post-LN against Pre-LN, the third exercise), :mod:`companion.stability`
 (chapter 9's stability runs and what the trained attention reads),
 :mod:`companion.hybrid_positions` (chapter 10's RoPE/NoPE hybrids trained on the lag
-task) and :mod:`companion.linear_attention` (chapter 11's linear attention against
+task), :mod:`companion.sink_comparison` (chapter 10's learned sink against a sink token) and :mod:`companion.linear_attention` (chapter 11's linear attention against
 softmax on the lag task). Their names were
 here before; they still answer from here, with a ``DeprecationWarning`` naming the new
 home, for one release.

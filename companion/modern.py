@@ -468,6 +468,9 @@ def attention_maps(
     position), RoPE, QK-norm then RoPE, or RoPE then soft-capping, plus the layer's own
     :meth:`~companion.attention.MultiHeadAttention.score_bias` where it has one (the
     sliding window of :class:`companion.hybrid_positions.LocalRotarySelfAttention`).
+    A layer with a learned sink per head
+    (:class:`companion.sink_comparison.LearnedSinkSelfAttention`) gets the sink's
+    column in its softmax, dropped after it: its rows sum to one minus the sink's share.
     ALiBi and the other layers are refused by name.
 
     Args:
@@ -479,7 +482,7 @@ def attention_maps(
 
     Shape:
         ``input_ids``: ``(B, L)``; output: ``(layers, B, H, L, L)``, rows summing to 1
-        (weights).
+        (weights; less the sink's share with a learned sink).
     """
 
     _validate.module("net", net, TinyTransformer)
@@ -504,5 +507,11 @@ def attention_maps(
         L = q.shape[-2]
         allowed = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
         logits = logits.masked_fill(~allowed, -math.inf)
-        maps.append(logits if scores else torch.softmax(logits, dim=-1))
+        sinks = getattr(m, "sinks", None)  # a learned sink logit per head, (H,)
+        if scores or sinks is None:
+            maps.append(logits if scores else torch.softmax(logits, dim=-1))
+            continue
+        column = sinks[None, :, None, None].expand(*logits.shape[:-1], 1)
+        weights = torch.cat([logits, column], dim=-1).softmax(-1)[..., :-1]
+        maps.append(weights)  # the sink column dropped: rows sum to 1 - its share
     return torch.stack(maps)

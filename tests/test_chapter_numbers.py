@@ -212,6 +212,8 @@ MODULE_TOPIC: dict[str, str] = {
     "attention_2026": "attention_2026",
     "hybrid_positions": "attention_2026",
     "hybrid": "attention_2026",
+    "sink_comparison": "attention_2026",
+    "sink": "attention_2026",
     "linear_attention": "linear_attention",
     "qwen3_next": "linear_attention",
     "performance": "performance",

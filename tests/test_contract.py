@@ -38,6 +38,7 @@ MODULES = [
     "rope_variants",
     "position_comparison",
     "hybrid_positions",
+    "sink_comparison",
     "attention",
     "norm",
     "model",
