@@ -85,8 +85,8 @@ __all__ = [
 ]
 
 SINK_KINDS = ("none", "token", "learned")
-"""The models of the comparison: no sink, a sink token at slot 0, a learned sink logit
-per head."""
+"""The models of the comparison, in order no sink, a sink token at slot 0 and a learned
+sink logit per head."""
 
 SINK_SIZES = ModelConfig(vocab_size=16, dim=32, num_heads=4, num_layers=2)
 """The tiny RoPE model of the 2024-2025 attention layer's stability runs (width 32, four
@@ -108,8 +108,8 @@ SINK_SEEDS = 3
 """The seed count, as in :func:`~companion.experiments.seeds` ``(SINK_SEEDS)``."""
 
 SINK_WINDOW = 3
-"""The evaluation window ``W``: query ``t`` keeps only the keys ``t - 2 .. t``, the
-fewest that still hold a trigger's answer (``lag = 2``); the first slot is evicted."""
+"""The evaluation window ``W``, with which query ``t`` keeps only the keys ``t - 2 .. t``,
+the fewest that still hold a trigger's answer (``lag = 2``); the first slot is evicted."""
 
 _WARMUP = 10
 
