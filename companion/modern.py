@@ -481,7 +481,9 @@ def attention_maps(
             softmax instead, ``-inf`` above the diagonal.
 
     Shape:
-        ``input_ids``: ``(B, L)``; output: ``(layers, B, H, L, L)``, rows summing to 1
+        ``input_ids``: ``(B, L)``; output: ``(layers, B, H, S, S)`` with ``S`` the
+        length the layers see: ``L``, or ``L + 1`` for a model that puts a sink token in
+        front (:class:`companion.sink_comparison.SinkTransformer`); rows summing to 1
         (weights; less the sink's share with a learned sink).
     """
 

@@ -153,6 +153,11 @@ def trigger_lag_targets(
             f"tokens must have more than lag={lag} positions, got shape "
             f"{tuple(tokens.shape)}"
         )
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(
+            f"tokens must be ids in [0, {vocab_size - 1}] (vocab_size={vocab_size}), got "
+            f"ids from {tokens.min().item()} to {tokens.max().item()}"
+        )
     tokens = tokens.long()
     out = torch.full_like(tokens, IGNORE_INDEX)
     now, back = tokens[..., lag:], tokens[..., :-lag]
@@ -395,11 +400,13 @@ def windowed(
     _validate.module("net", net, SinkTransformer)
     window = _validate.positive_int("window", window)
     keep_first = _validate.flag("keep_first", keep_first)
-    copy = SinkTransformer(
-        net.config, sink=net.sink, window=window, keep_first=keep_first
-    )
+    with torch.random.fork_rng(devices=[]):  # building draws weights: leave no trace
+        copy = SinkTransformer(
+            net.config, sink=net.sink, window=window, keep_first=keep_first
+        )
+    copy = copy.to(net.embed.weight)  # net's device and dtype, before its weights
     copy.load_state_dict(net.state_dict())
-    return copy.to(net.embed.weight.device).eval()
+    return copy.eval()
 
 
 def sink_runs(
@@ -415,8 +422,9 @@ def sink_runs(
     Equivalent to the following, for each kind::
 
         experiments.run_seeds(lambda: SinkTransformer(SINK_SIZES, sink=kind), seeds,
-                              steps=steps, lr=lr, warmup_steps=10, schedule="cosine",
-                              targets=trigger_lag_targets, **SINK_TASK)
+                              device=device, steps=steps, lr=lr, warmup_steps=10,
+                              schedule="cosine", targets=trigger_lag_targets,
+                              **SINK_TASK)
 
     The same seed gives every kind the same batches.
 
@@ -481,8 +489,9 @@ class SinkMeasures:
             (:func:`windowed` with ``keep_first``), ``(seeds,)``.
         kept_accuracy: the accuracy with the last ``W`` slots and slot 0, ``(seeds,)``.
         resting: the weight each head puts on its sink (the learned sink's column, the
-            sink token, or for ``"none"`` the first token) from queries at ``t >= 4``
-            whose token is not a trigger, nothing to read, ``(seeds, layers, H)``.
+            sink token, or for ``"none"`` the first token) from queries at ``t >= start``
+            (4 by default) whose token is not a trigger, nothing to read,
+            ``(seeds, layers, H)``.
         reading: the same from the trigger queries, ``(seeds, layers, H)``.
     """
 
@@ -508,7 +517,9 @@ def _sink_share(net: SinkTransformer, ids: torch.Tensor) -> torch.Tensor:
     """Each layer's and head's weight on the sink, per query: ``(layers, B, H, L)``."""
     from companion.modern import attention_maps
 
-    weights = attention_maps(net, ids)  # (layers, B, H, S, S), the sink column dropped
+    # (layers, B, H, S, S): S = L + 1 with a sink token at slot 0, else S = L; a learned
+    # sink's column is dropped
+    weights = attention_maps(net, ids)
     if net.sink == "learned":
         return 1 - weights.sum(-1)  # what a row does not give the keys, its sink gets
     share = weights[..., 0]  # key 0: the sink token, or the first token
@@ -539,18 +550,43 @@ def measure_sinks(
     _validate.instance("runs", runs, SeedRuns, "a SeedRuns")
     for i, net in enumerate(runs.models):
         _validate.module(f"runs.models[{i}]", net, SinkTransformer)
+        if net.config != runs.models[0].config:
+            raise ValueError(
+                f"runs.models must share one config, got runs.models[{i}].config="
+                f"{net.config} and runs.models[0].config={runs.models[0].config}"
+            )
+        if net.window is not None:
+            raise ValueError(
+                f"runs.models[{i}] must see every key (window=None; measure_sinks "
+                f"builds the windowed copies), got window={net.window}"
+            )
+    for i, curve in enumerate(runs.losses):
+        if not curve:
+            raise ValueError(f"runs.losses[{i}] must hold the run's losses, got none")
+    vocab_size = runs.models[0].config.vocab_size
     probe = sink_probe() if probe is None else probe
     _validate.tensor("probe", probe, dtype="integer", ndim=2, meaning="(B, L)")
     lag = SINK_TASK["lag"]
     window = _validate.integer("window", window, minimum=lag + 1)
     start = _validate.nonnegative_int("start", start)
     length = probe.shape[1]
-    if max(window, start) >= length:
+    if probe.shape[0] == 0 or max(window, start) >= length:
         raise ValueError(
-            f"probe must be longer than window ({window}) and start ({start}), got "
-            f"length {length}"
+            f"probe must hold sequences longer than window ({window}) and start "
+            f"({start}), got shape {tuple(probe.shape)}"
         )
-    targets = trigger_lag_targets(probe)
+    if probe.min() < 0 or probe.max() >= vocab_size:
+        raise ValueError(
+            f"probe must be token ids in [0, {vocab_size - 1}] (the models' vocab_size), "
+            f"got ids from {probe.min().item()} to {probe.max().item()}"
+        )
+    counted = probe[:, start:] < SINK_TRIGGERS
+    if counted.all() or not counted.any():
+        raise ValueError(
+            f"probe must hold triggers (ids below {SINK_TRIGGERS}) and other tokens at "
+            f"the queries t >= start={start}, got only one kind"
+        )
+    targets = trigger_lag_targets(probe, vocab_size=vocab_size)
     trigger = probe < SINK_TRIGGERS
     rows: dict[str, list] = {k: [] for k in SinkMeasures.__dataclass_fields__}
     for net, curve in zip(runs.models, runs.losses, strict=True):
@@ -562,7 +598,7 @@ def measure_sinks(
             ("kept_", windowed(net, window, keep_first=True)),
         )
         for prefix, model in views:
-            logits = model(ids)[:, window:]  # (B, L - W, V): every model lost slot 0
+            logits = model(ids)[:, window:]  # (B, L - W, V): windows past slot 0
             loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
             rows[prefix + "loss"].append(loss.item())
             rows[prefix + "accuracy"].append(

@@ -99,7 +99,11 @@ def test_evicting_the_sink_token_costs_what_a_learned_sink_does_not(sinks) -> No
 @pytest.mark.trained(chapter=10)
 def test_keeping_the_first_slot_brings_the_sink_token_back(sinks) -> None:
     """With the last SINK_WINDOW slots and slot 0 kept (StreamingLLM's rolling cache), the
-    sink-token model's loss grows less than KEPT times, every seed."""
+    sink-token model's loss grows less than KEPT times, every seed, and keeping slot 0
+    takes back more than half of what the window alone added."""
     _, measures = sinks
     token = measures["token"]
     assert (token.kept_loss < KEPT * token.loss).all()
+    assert (token.kept_loss < token.window_loss).all()
+    regained = token.window_loss - token.kept_loss  # what keeping slot 0 takes back
+    assert (regained > token.kept_loss - token.loss).all()  # ... of the window's cost

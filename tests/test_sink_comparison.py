@@ -7,6 +7,7 @@ bad-input table."""
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 
@@ -297,17 +298,57 @@ def test_measure_sinks_reads_the_loss_and_the_sinks_share(short_runs) -> None:
             by_layer_head = share[..., 4:].permute(0, 2, 1, 3)  # (layers, H, B, L - 4)
             by_hand = by_layer_head[:, :, rest].mean(-1)  # (layers, H)
             assert torch.allclose(m.resting[s], by_hand.double(), atol=1e-6)
+            read = (probe < SC.SINK_TRIGGERS)[:, 4:]
+            by_hand = by_layer_head[:, :, read].mean(-1)  # (layers, H)
+            assert torch.allclose(m.reading[s], by_hand.double(), atol=1e-6)
         assert (m.lowest > 0).all()
 
 
-def test_measure_sinks_with_a_window_as_long_as_the_probe_changes_nothing(
-    short_runs,
-) -> None:
+def test_measure_sinks_on_a_short_probe_by_hand(short_runs) -> None:
+    """Another window and start on a six-token probe: the three losses by hand, and a
+    float64 copy of a model measures what the float32 one does."""
     probe = SC.sink_probe(8)[:, :6]
-    m = SC.measure_sinks(short_runs["none"], probe, window=5, start=2)
-    wide = SC.windowed(short_runs["none"].models[0], 6)(probe)
-    assert torch.allclose(wide, short_runs["none"].models[0](probe), atol=1e-6)
-    assert m.loss.shape == (2,)
+    targets = SC.trigger_lag_targets(probe)[:, 4:]
+    runs = short_runs["token"]
+    m = SC.measure_sinks(runs, probe, window=4, start=2)
+    for s, net in enumerate(runs.models):
+        for got, model in (
+            (m.loss, net),
+            (m.window_loss, SC.windowed(net, 4)),
+            (m.kept_loss, SC.windowed(net, 4, keep_first=True)),
+        ):
+            logits = model(probe)[:, 4:]
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            assert got[s].item() == pytest.approx(loss.item(), rel=1e-6)
+    wide = copy.deepcopy(runs.models[0]).double()
+    assert SC.windowed(wide, 4).embed.weight.dtype == torch.float64
+    again = SC.measure_sinks(
+        E.SeedRuns((0,), [runs.losses[0]], [wide]), probe, window=4, start=2
+    )
+    assert again.loss[0].item() == pytest.approx(m.loss[0].item(), rel=1e-4)
+
+
+def test_windowed_leaves_the_global_generator_alone() -> None:
+    net = SC.SinkTransformer(_CONFIG, sink="token")
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    SC.windowed(net, 3)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_attention_maps_of_a_sink_token_model_see_its_slot() -> None:
+    """With a sink token the layers see L + 1 slots; the weights attention_maps gives,
+    times the values, are each layer's own output."""
+    torch.manual_seed(6)
+    net = SC.SinkTransformer(_CONFIG, sink="token")
+    ids = torch.randint(16, (2, 7))
+    weights = attention_maps(net, ids)
+    assert weights.shape == (2, 2, 2, 8, 8)
+    for n, (layer, x) in enumerate(M.attention_inputs(net, ids)):
+        v = layer._split(layer.v_proj(x))
+        merged = layer.out_proj((weights[n] @ v).transpose(1, 2).reshape(2, 8, 16))
+        assert torch.allclose(merged, layer(x), atol=1e-5)
 
 
 # ---- bad input ---------------------------------------------------------------------------
@@ -529,6 +570,64 @@ BAD_INPUTS = [
         lambda: SC.SinkMeasures(*[torch.zeros(2)] * 8, torch.zeros(3, 2, 4)),
         ValueError,
         re.escape("reading"),
+    ),
+    (
+        "trigger_lag_targets",
+        lambda: SC.trigger_lag_targets(_TOKENS - 1),
+        ValueError,
+        re.escape("tokens must be ids"),
+    ),
+    (
+        "trigger_lag_targets",
+        lambda: SC.trigger_lag_targets(_TOKENS + 16),
+        ValueError,
+        re.escape("tokens must be ids"),
+    ),
+    (
+        "measure_sinks",
+        lambda: SC.measure_sinks(_untrained_runs(), SC.sink_probe(4)[:0]),
+        ValueError,
+        "probe must hold sequences",
+    ),
+    (
+        "measure_sinks",
+        lambda: SC.measure_sinks(_untrained_runs(), SC.sink_probe(4) + 16),
+        ValueError,
+        re.escape("probe must be token ids"),
+    ),
+    (
+        "measure_sinks",
+        lambda: SC.measure_sinks(_untrained_runs(), torch.full((2, 8), 7)),
+        ValueError,
+        "probe must hold triggers",
+    ),
+    (
+        "measure_sinks",
+        lambda: SC.measure_sinks(
+            E.SeedRuns((0,), [[1.0]], [SC.SinkTransformer(SC.SINK_SIZES, window=3)])
+        ),
+        ValueError,
+        re.escape("runs.models[0] must see every key"),
+    ),
+    (
+        "measure_sinks",
+        lambda: SC.measure_sinks(
+            E.SeedRuns((0,), [[]], [SC.SinkTransformer(SC.SINK_SIZES)])
+        ),
+        ValueError,
+        re.escape("runs.losses[0]"),
+    ),
+    (
+        "measure_sinks",
+        lambda: SC.measure_sinks(
+            E.SeedRuns(
+                (0, 1),
+                [[1.0], [1.0]],
+                [SC.SinkTransformer(SC.SINK_SIZES), SC.SinkTransformer(_CONFIG)],
+            )
+        ),
+        ValueError,
+        re.escape("runs.models must share one config"),
     ),
 ]
 

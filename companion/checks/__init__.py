@@ -93,6 +93,7 @@ from companion.checks.attention_2026 import (
     check_chunked_mask,
     check_nope_layers,
     check_proportional_pairs,
+    check_sink_gradient,
     check_sink_softmax,
 )
 from companion.checks.decoder import (
@@ -205,6 +206,7 @@ __all__ = [
     "check_shift_matrix",
     "check_shift_recurrence",
     "check_sink_cache_keep",
+    "check_sink_gradient",
     "check_sink_softmax",
     "check_sinusoidal_encoding",
     "check_softmax",

@@ -1,5 +1,6 @@
-r"""Checkers for chapter 10 (:ref:`ch-attention-2026`): GPT-OSS's sink column, Llama 4's
-iRoPE layer pattern, chunked attention and the pair count of proportional RoPE."""
+r"""Checkers for chapter 10 (:ref:`ch-attention-2026`): GPT-OSS's sink column and its
+gradient, Llama 4's iRoPE layer pattern, chunked attention and the pair count of
+proportional RoPE."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ __all__ = [
     "check_chunked_mask",
     "check_nope_layers",
     "check_proportional_pairs",
+    "check_sink_gradient",
     "check_sink_softmax",
 ]
 
@@ -108,6 +110,90 @@ def check_sink_softmax(sink_softmax: Callable[..., object]) -> Iterator[Case]:
             mistakes,
             atol=1e-6,
             rtol=1e-5,
+        )
+
+
+@checker
+def check_sink_gradient(sink_grad: Callable[..., object]) -> Iterator[Case]:
+    r"""Check ``sink_grad(output, grad_output, lse, sinks) -> (H,)``: the gradient of the
+    loss with respect to each head's sink logit.
+
+    Reference: :func:`companion.masks.sink_gradient`,
+    :math:`\partial\mathcal{L}/\partial\sigma_h = -\sum_{b,i} p_{\mathrm{sink},bhi} D_{bhi}`
+    with :math:`D_i = \sum_d dO_{id} O_{id}` and
+    :math:`p_{\mathrm{sink},i} = \operatorname{sigmoid}(\sigma_h - \ell_i)`, where
+    ``output`` is the attention output *with* the sink
+    (:func:`companion.masks.attention_with_sinks`) and ``lse`` each row's log-sum-exp
+    *without* it (``-inf`` for a row with every key masked). The cases come from real
+    attention, so the reference is also autograd's. Any number type and layout of
+    numbers passes. Named mistakes: "sign flipped", "sink share left out" (:math:`-\sum D`),
+    "keys' share for the sink's" (:math:`\operatorname{sigmoid}(\ell_i - \sigma_h)`, the
+    weight the keys keep), "summed over every head" (one total for all heads).
+
+    Args:
+        sink_grad: a function ``sink_grad(output (B, H, L, Dv), grad_output (B, H, L, Dv),
+            lse (B, H, L), sinks (H,))``.
+    """
+    gen = torch.Generator().manual_seed(11)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    padded = causal.clone()
+    padded[:, :1] = False  # key 0 is padding: query 0 sees no key at all
+    cases = [
+        ("a sink per head, every row sees keys", None),
+        ("a row with every key masked adds nothing", padded),
+    ]
+    for prop, allowed in cases:
+        q, k, v = (
+            torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64) for _ in "qkv"
+        )
+        sinks = torch.tensor([-0.5, 0.3, 1.2], dtype=torch.float64)
+        mask = causal if allowed is None else allowed
+        output = masks.attention_with_sinks(q, k, v, sinks, mask=mask)
+        grad_output = torch.randn(output.shape, generator=gen, dtype=torch.float64)
+        scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(~mask, float("-inf"))
+        lse = torch.logsumexp(scores, -1)  # (B, H, L); -inf on an empty row
+        right = masks.sink_gradient(output, grad_output, lse, sinks)
+        d = (grad_output * output).sum(-1)  # (B, H, L)
+        share = torch.sigmoid(sinks[None, :, None] - lse)
+        keys = torch.sigmoid(lse - sinks[None, :, None])
+        mistakes = [
+            Mistake(
+                "sign flipped",
+                "the sink column gives no value, so raising its logit pulls weight "
+                "away from the output: the gradient is -sum p_sink * D, with a minus.",
+                -right,
+            ),
+            Mistake(
+                "sink share left out",
+                "weigh each row's D_i by the sink's share of that row, "
+                "p_sink = sigmoid(sink - lse), before summing.",
+                -d.sum(dim=(0, 2)),
+            ),
+            Mistake(
+                "keys' share for the sink's",
+                "the sink's share is sigmoid(sink - lse), the sink over everything; "
+                "sigmoid(lse - sink) is what the keys keep.",
+                -(keys * d).sum(dim=(0, 2)),
+            ),
+            Mistake(
+                "summed over every head",
+                "each head has its own sink: sum over the batch and the queries, "
+                "dims (0, 2), and keep the heads apart.",
+                (-(share * d).sum()).expand(3),
+            ),
+        ]
+        yield Case(
+            prop,
+            {
+                "output": output,
+                "grad_output": grad_output,
+                "lse": lse,
+                "sinks": sinks,
+            },
+            right,
+            mistakes,
+            atol=1e-8,
+            rtol=1e-6,
         )
 
 

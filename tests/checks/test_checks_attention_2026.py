@@ -267,9 +267,96 @@ def test_proportional_pairs_reference_is_hugging_face_s_count() -> None:
         checks.check_nope_layers,
         checks.check_chunked_mask,
         checks.check_proportional_pairs,
+        checks.check_sink_gradient,
     ],
 )
 def test_stub_is_not_attempted(check, capsys) -> None:
     result = check(_stub)
     assert result == False  # noqa: E712 - a CheckResult compares equal to False
     assert "not attempted yet" in capsys.readouterr().out
+
+
+# ---- check_sink_gradient ---------------------------------------------------------------
+
+
+def grad_closed(output, grad_output, lse, sinks):
+    """The closed form, written out."""
+    d = (grad_output * output).sum(-1)
+    return -(torch.sigmoid(sinks[None, :, None] - lse) * d).sum(dim=(0, 2))
+
+
+def grad_softplus(output, grad_output, lse, sinks):
+    """p_sink as exp(sigma - logaddexp(lse, sigma)), summed with einsum, as a list."""
+    p = torch.exp(sinks[None, :, None] - torch.logaddexp(lse, sinks[None, :, None]))
+    return (-torch.einsum("bhl,bhld,bhld->h", p, grad_output, output)).tolist()
+
+
+def grad_numpy_loop(output, grad_output, lse, sinks):
+    o, g, ell, k = (
+        np.asarray(x, dtype=np.float64) for x in (output, grad_output, lse, sinks)
+    )
+    out = np.zeros(k.shape[0])
+    for b in range(o.shape[0]):
+        for h in range(o.shape[1]):
+            for i in range(o.shape[2]):
+                p = 1.0 / (1.0 + math.exp(ell[b, h, i] - k[h]))  # -inf lse: p = 1
+                out[h] -= p * float(g[b, h, i] @ o[b, h, i])
+    return out
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [grad_closed, grad_softplus, grad_numpy_loop],
+    ids=["closed", "softplus-einsum-list", "numpy-loop"],
+)
+def test_sink_gradient_accepts(answer) -> None:
+    assert checks.check_sink_gradient(answer)
+
+
+def test_sink_gradient_reference_is_autograd() -> None:
+    """On the checker's own kind of inputs, the reference equals autograd's gradient."""
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (
+        torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64) for _ in "qkv"
+    )
+    sinks = torch.tensor([-0.5, 0.3, 1.2], dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    mask[:, 0] = False  # an empty first row
+    out = masks.attention_with_sinks(q, k, v, sinks, mask=mask)
+    grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    (auto,) = torch.autograd.grad(out, sinks, grad_out)
+    lse = torch.logsumexp((q @ k.mT / 2.0).masked_fill(~mask, float("-inf")), -1)
+    torch.testing.assert_close(
+        grad_closed(out.detach(), grad_out, lse, sinks.detach()), auto
+    )
+
+
+def test_sink_gradient_names(named) -> None:
+    named(
+        lambda: checks.check_sink_gradient(
+            lambda o, g, ell, k: -grad_closed(o, g, ell, k)
+        ),
+        "sign flipped",
+    )
+    named(
+        lambda: checks.check_sink_gradient(
+            lambda o, g, ell, k: -(g * o).sum(dim=(0, 2, 3))
+        ),
+        "sink share left out",
+    )
+    named(
+        lambda: checks.check_sink_gradient(
+            lambda o, g, ell, k: (
+                -(torch.sigmoid(ell - k[None, :, None]) * (g * o).sum(-1)).sum(
+                    dim=(0, 2)
+                )
+            )
+        ),
+        "keys' share for the sink's",
+    )
+    named(
+        lambda: checks.check_sink_gradient(
+            lambda o, g, ell, k: grad_closed(o, g, ell, k).sum().expand(3)
+        ),
+        "summed over every head",
+    )
