@@ -304,17 +304,26 @@ def grad_numpy_loop(output, grad_output, lse, sinks):
     return out
 
 
+def grad_float32(output, grad_output, lse, sinks):
+    """The closed form computed wholly in float32."""
+    o, g, ell, k = (
+        torch.as_tensor(x).float() for x in (output, grad_output, lse, sinks)
+    )
+    return grad_closed(o, g, ell, k)
+
+
 @pytest.mark.parametrize(
     "answer",
-    [grad_closed, grad_softplus, grad_numpy_loop],
-    ids=["closed", "softplus-einsum-list", "numpy-loop"],
+    [grad_closed, grad_softplus, grad_numpy_loop, grad_float32],
+    ids=["closed", "softplus-einsum-list", "numpy-loop", "float32"],
 )
 def test_sink_gradient_accepts(answer) -> None:
     assert checks.check_sink_gradient(answer)
 
 
 def test_sink_gradient_reference_is_autograd() -> None:
-    """On the checker's own kind of inputs, the reference equals autograd's gradient."""
+    """On inputs like the checker's (not its own), the closed form the checker accepts,
+    grad_closed, equals autograd's gradient."""
     gen = torch.Generator().manual_seed(3)
     q, k, v = (
         torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64) for _ in "qkv"
@@ -356,7 +365,15 @@ def test_sink_gradient_names(named) -> None:
     )
     named(
         lambda: checks.check_sink_gradient(
-            lambda o, g, ell, k: grad_closed(o, g, ell, k).sum().expand(3)
+            lambda o, g, ell, k: (
+                -((k[None, :, None] - ell).exp() * (g * o).sum(-1)).sum(dim=(0, 2))
+            )
+        ),
+        "sink share from a log-sum-exp with the sink",
+    )
+    named(
+        lambda: checks.check_sink_gradient(
+            lambda o, g, ell, k: grad_closed(o, g, ell, k).sum()
         ),
         "summed over every head",
     )
