@@ -52,7 +52,7 @@ Every family of the table with RoPE reads every scaling type of ``ROPE_TYPES``
 frequencies are chosen in each call from the largest position + 1, as Hugging Face's
 ``dynamic_rope_update`` does, and Gemma 4's ``proportional``
 (:func:`companion.rope_variants.p_rope_frequencies` over the whole head; tested in a
-Llama and in a Gemma 3's full layers, ``tests/test_families_gemma4.py``).
+Llama and in a Gemma 3's full layers, ``tests/test_gemma4.py``).
 
 Attention is :func:`companion.attention.scaled_dot_product_attention` (Gemma 2's
 soft-capped scores: :func:`companion.modern.softcap`, then the mask and the softmax),
@@ -79,7 +79,8 @@ Another family is ported by passing a :class:`Port` (how to read its config and 
 its weights, optionally a :class:`DecoderBlock` subclass and a :class:`DecoderSpec`
 subclass) to :func:`from_hf`; :data:`PORTS` holds the first eleven above (the registry
 of :mod:`companion.families`, where each is an entry), ``HYBRID_PORTS`` there the two
-hybrids, ``GEMMA4_PORTS`` Gemma 4's text model, and ``companion.mla.PORTS``
+hybrids, ``companion.gemma4.PORTS`` Gemma 4's text model (its own block, spec and
+decoder: keys shared across layers), and ``companion.mla.PORTS``
 (DeepSeek-V3's multi-head latent attention) is looked up after it, then
 ``companion.llama4.PORTS`` (Llama 4's text model) and ``companion.gpt_oss.PORTS``
 (GPT-OSS: sliding and full layers, YaRN, sinks, experts), then
@@ -105,16 +106,16 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from companion import _validate, families, gpt_oss, llama4, mla, qwen3_next
-from companion._architecture import ACTIVATIONS as ACTIVATIONS  # re-exported
-from companion._architecture import ROPE_TYPES as ROPE_TYPES  # (chapters read them)
+from companion import _validate, families, gemma4, gpt_oss, llama4, mla, qwen3_next
 from companion._architecture import (
     Decoder,
     DecoderBlock,
-    DecoderSpec,
     check_attention_mask,
     check_input_ids,
 )
+from companion._spec import ACTIVATIONS as ACTIVATIONS  # re-exported
+from companion._spec import ROPE_TYPES as ROPE_TYPES  # (chapters read them)
+from companion._spec import DecoderSpec
 from companion.families import Port
 
 __all__ = [
@@ -141,14 +142,14 @@ there is found here."""
 
 def _find_port(model: nn.Module) -> Port:
     """``model``'s port: its class (or a base class) in :data:`PORTS`, else in
-    ``companion.families.HYBRID_PORTS``, ``companion.families.GEMMA4_PORTS``, else in
+    ``companion.families.HYBRID_PORTS``, ``companion.gemma4.PORTS``, else in
     ``companion.mla.PORTS``, then in ``companion.llama4.PORTS``, then in
     ``companion.gpt_oss.PORTS``, then in ``companion.qwen3_next.PORTS``."""
     names = [cls.__name__ for cls in type(model).__mro__]
     registries = (
         PORTS,
         families.HYBRID_PORTS,
-        families.GEMMA4_PORTS,
+        gemma4.PORTS,
         mla.PORTS,
         llama4.PORTS,
         gpt_oss.PORTS,
@@ -158,7 +159,7 @@ def _find_port(model: nn.Module) -> Port:
         port = next((registry[n] for n in names if n in registry), None)
         if port is not None:
             return port
-    known = [*PORTS, *families.HYBRID_PORTS, *families.GEMMA4_PORTS]
+    known = [*PORTS, *families.HYBRID_PORTS, *gemma4.PORTS]
     known += [n for n in mla.PORTS if n not in known]
     known += [n for n in llama4.PORTS if n not in known]
     known += [n for n in gpt_oss.PORTS if n not in known]
@@ -202,13 +203,13 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
             ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``,
             ``Phi3ForCausalLM``), of ``companion.families.HYBRID_PORTS``
             (``SmolLM3ForCausalLM``, ``Cohere2ForCausalLM``), of
-            ``companion.families.GEMMA4_PORTS`` (``Gemma4ForCausalLM``) or of
+            ``companion.gemma4.PORTS`` (``Gemma4ForCausalLM``) or of
             ``companion.mla.PORTS`` or of ``companion.llama4.PORTS``
             (``Llama4ForCausalLM``) or of ``companion.gpt_oss.PORTS``
             (``GptOssForCausalLM``) or of ``companion.qwen3_next.PORTS``
             (``Qwen3NextForCausalLM``), or any model ``port`` reads.
         port: ``None`` (look ``model``'s class up in :data:`PORTS`, then in
-            ``companion.families.HYBRID_PORTS``, ``companion.families.GEMMA4_PORTS``,
+            ``companion.families.HYBRID_PORTS``, ``companion.gemma4.PORTS``,
             ``companion.mla.PORTS``, ``companion.llama4.PORTS``,
             ``companion.gpt_oss.PORTS`` and ``companion.qwen3_next.PORTS``) or a
             :class:`Port` for another family.
@@ -256,7 +257,8 @@ def from_hf(model: nn.Module, port: Port | None = None) -> Decoder:
             "list cut or grown after loading; set the config's count to copy those)"
         )
     weight = model.get_input_embeddings().weight
-    copy = Decoder(spec, block=port.block).to(device=weight.device, dtype=weight.dtype)
+    copy = port.decoder(spec, block=port.block)
+    copy = copy.to(device=weight.device, dtype=weight.dtype)
     port.load(copy, model)
     return copy.eval()
 

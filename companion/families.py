@@ -22,7 +22,6 @@ an entry builds on; each refuses what the copy does not implement with a
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,16 +31,10 @@ import torch
 from torch import Tensor, nn
 
 from companion import _validate
-from companion._architecture import (
-    ACTIVATIONS,
-    ROPE_TYPES,
-    Decoder,
-    DecoderBlock,
-    DecoderSpec,
-    check_block_type,
-)
+from companion._architecture import Decoder, DecoderBlock, check_block_type
+from companion._spec import ACTIVATIONS, ROPE_TYPES, DecoderSpec
 
-__all__ = ["GEMMA4_PORTS", "HYBRID_PORTS", "PORTS", "Port", "base_fields"]
+__all__ = ["HYBRID_PORTS", "PORTS", "Port", "base_fields"]
 
 
 # ---- the entry -----------------------------------------------------------------------
@@ -126,6 +119,9 @@ class Port:
             ``Decoder(spec, block=block)``).
         spec_type: :class:`~companion.decoder.DecoderSpec` or a subclass with more
             fields (``from_hf`` builds ``spec_type(**spec(model))``).
+        decoder: :class:`~companion.decoder.Decoder` or a subclass (``from_hf``
+            builds ``decoder(spec, block=block)``; Gemma 4's overrides one step,
+            :meth:`~companion.decoder.Decoder.layer`).
     """
 
     spec: Callable[[nn.Module], dict[str, Any]]
@@ -133,6 +129,7 @@ class Port:
     layers: str = "model.layers"
     block: type[DecoderBlock] = DecoderBlock
     spec_type: type[DecoderSpec] = DecoderSpec
+    decoder: type[Decoder] = Decoder
 
     def __post_init__(self) -> None:
         _validate.callable_("spec", self.spec)
@@ -147,6 +144,11 @@ class Port:
             raise TypeError(
                 "spec_type must be DecoderSpec or a subclass of it, got "
                 f"{_validate.describe(self.spec_type)}"
+            )
+        if not (isinstance(self.decoder, type) and issubclass(self.decoder, Decoder)):
+            raise TypeError(
+                "decoder must be Decoder or a subclass of it (the class), got "
+                f"{_validate.describe(self.decoder)}"
             )
 
 
@@ -730,190 +732,6 @@ def load_fused(dst: Decoder, model: nn.Module) -> None:
     copy_output(dst, model)
 
 
-# ---- Gemma 4 (text) ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Gemma4Spec(DecoderSpec):
-    r"""A :class:`~companion.decoder.DecoderSpec` with Gemma 4's one new field.
-
-    Every layer's values pass an RMSNorm with no gain over each head (Hugging Face's
-    ``v_norm``); ``rms_variant`` is ``"torch"`` (the gain itself, not Gemma 2/3's
-    ``1 + w``) and the score scale is 1 (the QK-norm sets the scores' size).
-
-    Args:
-        kv_from_keys: the layers whose values are their key projection (Hugging Face's
-            ``attention_k_eq_v``: the full layers), taken before the key norm and RoPE,
-            so the layer has no ``v_proj``; increasing layer indices.
-        global_head_dim: the head width of the full layers (Hugging Face's
-            ``global_head_dim``, RoPE over all of it); 0: ``head_dim``.
-        global_kv_heads: the key/value heads of the full layers (Hugging Face's
-            ``num_global_key_value_heads``); 0: ``num_kv_heads``.
-    """
-
-    def layer_spec(self, layer: int) -> Gemma4Spec:
-        """The spec layer ``layer`` is built from: a full layer's with its own head
-        width and key/value heads (RoPE over the whole head), a sliding layer's as is."""
-        if self.layer_types[layer] != "full_attention":
-            return self
-        d = self.global_head_dim or self.head_dim
-        return dataclasses.replace(
-            self,
-            head_dim=d,
-            rotary_dim=d if self.rotary_dim == self.head_dim else self.rotary_dim,
-            num_kv_heads=self.global_kv_heads or self.num_kv_heads,
-        )
-
-    kv_from_keys: tuple[int, ...] = ()
-    global_head_dim: int = 0
-    global_kv_heads: int = 0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        v, n = _validate, self.num_layers
-        for key in ("global_head_dim", "global_kv_heads"):
-            object.__setattr__(self, key, v.nonnegative_int(key, getattr(self, key)))
-        if self.global_head_dim % 2:
-            raise ValueError(
-                f"global_head_dim must be even (RoPE's pairs), got {self.global_head_dim}"
-            )
-        if self.global_kv_heads:
-            v.divisor(
-                "global_kv_heads", self.global_kv_heads, "num_heads", self.num_heads
-            )
-        layers = v.layer_indices("kv_from_keys", self.kv_from_keys, n)
-        object.__setattr__(self, "kv_from_keys", layers)
-
-
-class HeadNormedValues(nn.Module):
-    """Gemma 4's values: a projection, then an RMSNorm without gain over each head's
-    ``D`` coordinates. ``source`` is the layer's own ``nn.Linear`` or, where keys
-    are values, its ``k_proj`` (held, not copied: one weight).
-
-    Shape: input ``(B, L, E)``; output ``(B, L, H_kv * D)``.
-    """
-
-    def __init__(self, source: nn.Linear, head_dim: int, eps: float) -> None:
-        super().__init__()
-        self.source, self.head_dim, self.eps = source, head_dim, eps
-
-    def forward(self, x: Tensor) -> Tensor:
-        from companion.norm import rms_norm  # the chapter's function
-
-        v = self.source(x)
-        heads = v.unflatten(-1, (-1, self.head_dim))  # (B, L, H_kv, D)
-        return rms_norm(heads, self.head_dim, eps=self.eps).flatten(-2)
-
-
-class Gemma4Block(DecoderBlock):
-    """Gemma 3's block (:class:`~companion.decoder.DecoderBlock`, sandwich norms,
-    QK-norm per head) with Gemma 4's values (:class:`HeadNormedValues`; in the layers of
-    ``kv_from_keys`` the key projection's output) and its output times the layer's
-    scalar (Hugging Face's ``layer_scalar`` buffer, copied); built from its layer's
-    spec (:meth:`Gemma4Spec.layer_spec`: a full layer's head width and key/value
-    heads), whose ``rotary_dim`` the decoder's RoPE table of that layer type reads."""
-
-    def __init__(self, spec: DecoderSpec, layer: int) -> None:
-        _validate.instance("spec", spec, Gemma4Spec, "a Gemma4Spec")
-        super().__init__(spec.layer_spec(layer), layer)  # type: ignore[attr-defined]
-        spec = self.spec  # the layer's
-        own = None if layer in spec.kv_from_keys else self.v_proj
-        del self.v_proj
-        self.v_proj = HeadNormedValues(own or self.k_proj, spec.head_dim, spec.eps)
-        self.register_buffer("layer_scalar", torch.ones(1))
-
-    def forward(self, x, rope, mask, past=None):  # the base's, times the scalar
-        out, present = super().forward(x, rope, mask, past)
-        return out * self.layer_scalar.to(out.dtype), present
-
-
-def spec_gemma4(model: nn.Module) -> dict[str, Any]:
-    """Gemma 4 (text): Gemma 3's block (sandwich norms, QK-norm per head, scaled
-    embeddings, a RoPE set per layer type: proportional, i.e. p-RoPE, in the full
-    layers of the published configs) with the gain-only RMSNorm (``"torch"``), score
-    scale 1, values normed per head and ``kv_from_keys`` from ``attention_k_eq_v``.
-    The full layers' head width and key/value heads are read per layer
-    (``global_head_dim``, ``num_global_key_value_heads``). Refused by name: per-layer
-    inputs, layers sharing another's keys and values, a mixture of experts,
-    bidirectional attention."""
-    c = model.config
-    refuse = {
-        "hidden_size_per_layer_input": getattr(c, "hidden_size_per_layer_input", 0),
-        "num_kv_shared_layers": getattr(c, "num_kv_shared_layers", 0),
-        "enable_moe_block": getattr(c, "enable_moe_block", False),
-        "use_bidirectional_attention": getattr(c, "use_bidirectional_attention", None),
-    }
-    for key, value in refuse.items():
-        if value:
-            raise unsupported(f"{key}={value!r} in a Gemma 4 model")
-    per_layer = {  # read per layer: Hugging Face refuses the global value if they differ
-        kind: (
-            c.per_layer_config[i].head_dim,
-            c.per_layer_config[i].num_key_value_heads,
-        )
-        for i, kind in reversed(list(enumerate(c.layer_types)))
-    }
-    local_dims = per_layer.get("sliding_attention", per_layer["full_attention"])
-    global_dims = per_layer.get("full_attention", local_dims)
-    rope = getattr(c, "rope_parameters", None) or {}
-    full, local = rope.get("full_attention"), rope.get("sliding_attention")
-    fields = base_fields(
-        model,
-        "gemma4",
-        sliding="layer_types",
-        activation=c.hidden_activation,
-        scales=(1.0,) * c.num_hidden_layers,
-        rms_variant="torch",
-        block_norms="sandwich",
-        qk_norm="head",
-        embedding_scale=c.hidden_size**0.5,
-        final_softcap=float(getattr(c, "final_logit_softcapping", None) or 0.0),
-        rope_params=full,
-        nested=True,
-        head_dim=local_dims[0],
-        num_kv_heads=local_dims[1],
-    )
-    fields["global_head_dim"], fields["global_kv_heads"] = global_dims
-    if local:
-        fields["local_rope"] = rope_parameters(c, fields["rotary_dim"], local, True)
-    full_layers = tuple(
-        i for i, t in enumerate(fields["layer_types"]) if t == "full_attention"
-    )
-    fields["kv_from_keys"] = full_layers if c.attention_k_eq_v else ()
-    return fields
-
-
-def load_gemma4(dst: Decoder, model: nn.Module) -> None:
-    """Gemma 4's weights: Llama's names with the sandwich norms of Gemma 2/3, the
-    QK-norms, no ``v_proj`` where keys are values, and each layer's ``layer_scalar``."""
-    base = model.model
-    copy_weight(dst.embed, base.embed_tokens.weight)
-    copy_norm(dst.final_norm, base.norm)
-    norms = {
-        "norm1": "input_layernorm",
-        "post_norm1": "post_attention_layernorm",
-        "norm2": "pre_feedforward_layernorm",
-        "post_norm2": "post_feedforward_layernorm",
-    }
-    for block, layer in zip(dst.blocks, base.layers, strict=True):
-        a = layer.self_attn
-        for ours, theirs in norms.items():
-            copy_norm(getattr(block, ours), getattr(layer, theirs))
-        copy_norm(block.q_norm, a.q_norm)
-        copy_norm(block.k_norm, a.k_norm)
-        copy_linear(block, a, ("q_proj", "k_proj", "o_proj"))
-        if (a.v_proj is None) != (block.v_proj.source is block.k_proj):
-            raise ValueError(
-                "model's weights must fit the spec: kv_from_keys must name exactly "
-                "the layers without v_proj (attention_k_eq_v's full layers)"
-            )
-        if a.v_proj is not None:
-            copy_weight(block.v_proj.source, a.v_proj.weight, a.v_proj.bias)
-        copy_linear(block, layer.mlp, ("gate_proj", "up_proj", "down_proj"))
-        block.layer_scalar.copy_(layer.layer_scalar)
-    copy_output(dst, model)
-
-
 # ---- the registry --------------------------------------------------------------------
 
 
@@ -946,13 +764,3 @@ HYBRID_PORTS: dict[str, Port] = {
 :func:`~companion.decoder.from_hf` looks here after :data:`PORTS`. SmolLM3 (Llama's
 block, NoPE every 4th layer by default) and Cohere2 (sliding RoPE layers, global NoPE
 layers); both in Llama's weight layout."""
-
-GEMMA4_PORTS: dict[str, Port] = {
-    "Gemma4ForCausalLM": Port(
-        spec=spec_gemma4, load=load_gemma4, block=Gemma4Block, spec_type=Gemma4Spec
-    ),
-}
-"""The registry of Gemma 4's text model, where :func:`~companion.decoder.from_hf` looks
-after :data:`HYBRID_PORTS`. Its own block (``Gemma4Block``, values normed per head,
-keys as values in the full layers where ``attention_k_eq_v``, a scalar per layer) and
-spec (``Gemma4Spec``); what it refuses is listed in ``spec_gemma4``."""

@@ -51,7 +51,8 @@ import torch
 from torch import Tensor, nn
 
 from companion import _validate, masks
-from companion._architecture import Decoder, DecoderBlock, DecoderSpec
+from companion._architecture import Decoder, DecoderBlock
+from companion._spec import DecoderSpec
 from companion.families import (
     Port,
     base_fields,

@@ -64,7 +64,8 @@ import torch
 from torch import Tensor, nn
 
 from companion import _validate, masks
-from companion._architecture import ACTIVATIONS, Decoder, DecoderBlock, DecoderSpec
+from companion._architecture import Decoder, DecoderBlock
+from companion._spec import ACTIVATIONS, DecoderSpec
 from companion.attention import scaled_dot_product_attention
 from companion.families import (
     Port,

@@ -74,13 +74,12 @@ from torch import Tensor, nn
 
 from companion import _validate
 from companion._architecture import (
-    ACTIVATIONS,
     Decoder,
     DecoderBlock,
-    DecoderSpec,
     grouped_attention,
     rotate_head,
 )
+from companion._spec import ACTIVATIONS, DecoderSpec
 from companion.families import (
     Port,
     base_fields,

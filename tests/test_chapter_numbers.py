@@ -206,7 +206,7 @@ MODULE_TOPIC: dict[str, str] = {
     "gpt_oss": "attention_2026",
     "llama4": "attention_2026",
     "masks": "attention_2026",
-    "families_gemma4": "attention_2026",
+    "gemma4": "attention_2026",
     "families_hybrid": "attention_2026",
     "kernels_sinks": "attention_2026",
     "attention_2026": "attention_2026",

@@ -46,6 +46,7 @@ MODULES = [
     "experiments",
     "decoder",
     "families",
+    "gemma4",
     "mla",
     "llama4",
     "gpt_oss",

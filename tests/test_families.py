@@ -207,6 +207,12 @@ BAD_INPUTS = [
         r"^spec_type must be DecoderSpec or a subclass",
     ),
     (
+        "Port",
+        lambda: families.Port(spec=spec_stablelm, decoder=decoder.DecoderBlock),
+        TypeError,
+        r"^decoder must be Decoder or a subclass of it \(the class\), got",
+    ),
+    (
         "base_fields",
         lambda: families.base_fields(_MODEL, "x"),
         TypeError,
@@ -244,7 +250,6 @@ def test_bad_input_raises_a_clear_error(name: str, thunk, error, match: str) -> 
 NO_BAD_INPUTS = {
     "PORTS": "the registry, a mapping read, not called",
     "HYBRID_PORTS": "the RoPE/NoPE hybrids' registry, a mapping read",
-    "GEMMA4_PORTS": "Gemma 4's registry, a mapping read (test_families_gemma4)",
 }
 
 

@@ -13,16 +13,23 @@ windows of 5) and its 20 greedy KV-cache tokens, for one prompt and a left-padde
 batch; the same weights read with the rounded count (4 pairs) or without the factor
 move the logits, so the comparison can fail; bad parameters raise naming the key.
 
-Gemma 4's text model (``Gemma4ForCausalLM``, families.GEMMA4_PORTS) on tiny configs
+Gemma 4's text model (``Gemma4ForCausalLM``, companion.gemma4.PORTS) on tiny configs
 (4 layers, window 5, proportional RoPE p = 0.25 in the full layers, layer scalars set
 away from 1): the same logits, greedy tokens, left-padded batch and EOS checks, with
 ``attention_k_eq_v`` on and off, and in bfloat16 within twice Hugging Face's own
 bfloat16-float32 distance; a copy without the value norm, with its own values
 in the keys-as-values layers or without the layer scalars moves the logits; what the
-copy does not implement (per-layer inputs, shared KV, experts) is refused by name. The
+copy does not implement (per-layer inputs, experts) is refused by name. The
 full layers may be wider, with fewer key/value heads (``global_head_dim``,
 ``num_global_key_value_heads``, as the published configs): each block is built from its
 layer's spec and the RoPE table of each layer type from its head width.
+
+Shared keys and values (``num_kv_shared_layers``) on six layers, the last three reusing
+(sliding layers 3 and 5 read layer 2's keys, full layer 4 layer 1's), with and without
+the double-wide MLP, keys as values and wider full layers: the same logits, greedy
+tokens, left-padded batch, EOS and bfloat16 checks; the reusing layers have no key or
+value weights (as many parameters as Hugging Face's) and keep no cache; a copy whose
+sliding layers read layer 0's keys moves the logits; bad caches and specs are refused.
 """
 
 from __future__ import annotations
@@ -46,8 +53,15 @@ from test_decoder_modern import (
     left_padded,
 )
 
-from companion import families
-from companion.decoder import PORTS, Decoder, DecoderSpec, from_hf, generate
+from companion import families, gemma4
+from companion.decoder import (
+    PORTS,
+    Decoder,
+    DecoderSpec,
+    cache_bytes,
+    from_hf,
+    generate,
+)
 from companion.rope_variants import p_rope_frequencies
 
 transformers.logging.set_verbosity_error()
@@ -112,13 +126,34 @@ def _gemma4(**kw) -> tuple:
     return T.Gemma4ForCausalLM, T.Gemma4TextConfig(**{**cfg, **kw})
 
 
+_SHARED_TYPES = [  # the last 3 reuse: layer 3 and 5 read layer 2's, layer 4 layer 1's
+    "sliding_attention",
+    "full_attention",
+    "sliding_attention",
+    "sliding_attention",
+    "full_attention",
+    "sliding_attention",
+]
 GEMMA4 = {
     "gemma4": _gemma4(),
     "gemma4-k-eq-v": _gemma4(attention_k_eq_v=True),
     "gemma4-wide-global": _gemma4(  # the published shape: wider full layers, 1 KV head
         global_head_dim=32, attention_k_eq_v=True, num_global_key_value_heads=1
     ),
+    "gemma4-kv-shared": _gemma4(
+        num_hidden_layers=6, layer_types=_SHARED_TYPES, num_kv_shared_layers=3
+    ),
+    "gemma4-kv-shared-wide": _gemma4(  # with every other Gemma 4 difference
+        num_hidden_layers=6,
+        layer_types=_SHARED_TYPES,
+        num_kv_shared_layers=3,
+        use_double_wide_mlp=True,
+        global_head_dim=32,
+        attention_k_eq_v=True,
+        num_global_key_value_heads=1,
+    ),
 }
+SHARED = [name for name in GEMMA4 if "kv-shared" in name]
 CONFIGS.update(GEMMA4)
 
 
@@ -133,7 +168,26 @@ def build(name: str, seed: int = 0) -> torch.nn.Module:
         with torch.no_grad():
             for i, layer in enumerate(model.model.layers):
                 layer.layer_scalar.fill_(0.5 + 0.25 * i)
+    if name in SHARED:
+        _stand_in_per_layer_inputs(model)
     return model
+
+
+def _stand_in_per_layer_inputs(model: torch.nn.Module) -> None:
+    """transformers 5.23's shortcut before the reusing layers (run only the positions
+    whose logits are kept: every one in a forward, the last in generate) slices
+    ``per_layer_inputs``, which is ``None`` in a model without per-layer inputs, and
+    raises ``TypeError``. Given an empty stand-in ``(B, L, layers, 0)``, which such a
+    model never reads, Hugging Face's own shortcut runs unchanged."""
+    inner = model.model._maybe_slice_kv_shared_inputs
+    layers = model.config.num_hidden_layers
+
+    def shortcut(hidden, per_layer, *args, **kwargs):
+        if per_layer is None:
+            per_layer = hidden.new_zeros(*hidden.shape[:2], layers, 0)
+        return inner(hidden, per_layer, *args, **kwargs)
+
+    model.model._maybe_slice_kv_shared_inputs = shortcut
 
 
 def hf_inv_freq(hf: torch.nn.Module, layer_type: str | None = None) -> torch.Tensor:
@@ -254,8 +308,8 @@ def test_bad_proportional_parameters_are_refused_by_name(change, match) -> None:
 
 
 def test_gemma4_is_found_and_reads_its_block() -> None:
-    assert set(families.GEMMA4_PORTS) == {"Gemma4ForCausalLM"}
-    assert not set(families.GEMMA4_PORTS) & (set(PORTS) | set(families.HYBRID_PORTS))
+    assert set(gemma4.PORTS) == {"Gemma4ForCausalLM"}
+    assert not set(gemma4.PORTS) & (set(PORTS) | set(families.HYBRID_PORTS))
     for name, kv_from_keys in (
         ("gemma4", ()),
         ("gemma4-k-eq-v", (1, 3)),
@@ -264,7 +318,7 @@ def test_gemma4_is_found_and_reads_its_block() -> None:
         hf = build(name)
         ours = from_hf(hf)
         spec = ours.spec
-        assert isinstance(spec, families.Gemma4Spec)
+        assert isinstance(spec, gemma4.Gemma4Spec)
         assert spec.kv_from_keys == kv_from_keys
         assert spec.scales == (1.0,) * 4 and spec.rms_variant == "torch"
         assert spec.rope["rope_type"] == "proportional"
@@ -327,7 +381,6 @@ def test_gemma4_each_difference_moves_the_logits(name: str, what: str) -> None:
     ("change", "match"),
     [
         ({"hidden_size_per_layer_input": 8}, r"hidden_size_per_layer_input=8"),
-        ({"num_kv_shared_layers": 2}, r"num_kv_shared_layers=2"),
         (
             {
                 "enable_moe_block": True,
@@ -359,7 +412,7 @@ def test_gemma4_spec_checks_kv_from_keys(value, error, match) -> None:
     spec = from_hf(build("gemma4")).spec
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
     with pytest.raises(error, match=match):
-        families.Gemma4Spec(**{**fields, "kv_from_keys": value})
+        gemma4.Gemma4Spec(**{**fields, "kv_from_keys": value})
 
 
 @pytest.mark.parametrize(
@@ -375,7 +428,7 @@ def test_gemma4_spec_checks_the_global_sizes(change, error, match) -> None:
     spec = from_hf(build("gemma4")).spec
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
     with pytest.raises(error, match=match):
-        families.Gemma4Spec(**{**fields, **change})
+        gemma4.Gemma4Spec(**{**fields, **change})
 
 
 def test_gemma4_full_layers_have_their_own_head_width() -> None:
@@ -412,3 +465,216 @@ def test_gemma4_bfloat16_copy_is_as_close_to_hugging_face_as_its_rounding(name) 
     assert got.dtype == torch.bfloat16
     rounding = (expected - exact).abs().max()
     assert (got.float() - expected).abs().max() <= 2 * rounding, rounding
+
+
+# ---- Gemma 4's shared keys and values (num_kv_shared_layers) --------------------------
+
+
+def test_hugging_face_without_the_stand_in_fails_as_the_helper_says() -> None:
+    # the reason for _stand_in_per_layer_inputs: without it transformers 5.23 raises
+    cls, cfg = CONFIGS["gemma4-kv-shared"]
+    torch.manual_seed(0)
+    hf = cls(copy.deepcopy(cfg)).eval()
+    with torch.no_grad(), pytest.raises(TypeError, match="not subscriptable"):
+        hf(tokens(1, 8))
+    _stand_in_per_layer_inputs(hf)
+    with torch.no_grad():
+        assert hf(tokens(1, 8)).logits.shape == (1, 8, cfg.vocab_size)
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_gemma4_reusing_layers_have_no_keys_or_values_of_their_own(name) -> None:
+    hf = build(name)
+    ours = from_hf(hf)
+    spec = ours.spec
+    modes = [spec.kv_sharing(i) for i in range(spec.num_layers)]
+    assert modes == list(hf.config.kv_sharing_modes)
+    assert modes == [None, "store", "store", "reuse", "reuse", "reuse"]
+    assert spec.kv_shared_layers == 3
+    double = hf.config.use_double_wide_mlp
+    for i, (block, layer) in enumerate(zip(ours.blocks, hf.model.layers, strict=True)):
+        reuses = modes[i] == "reuse"
+        assert block.sharing == modes[i]
+        assert (block.k_proj is None) == (block.v_proj is None) == reuses
+        assert (block.k_norm is None) == reuses
+        assert hasattr(layer.self_attn, "k_proj") != reuses  # Hugging Face's too
+        width = hf.config.intermediate_size * (2 if double and reuses else 1)
+        assert block.up_proj.out_features == width == layer.mlp.up_proj.out_features
+    count = sum(p.numel() for p in ours.parameters())
+    assert count == sum(p.numel() for p in hf.parameters())
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_gemma4_reusing_layers_keep_no_cache(name) -> None:
+    hf = build(name)
+    ours = from_hf(hf)
+    ids, new = tokens(1, 12), tokens(1, 1, seed=5)
+    with torch.no_grad():
+        _, past = ours.decode(ids)
+        step, after = ours.decode(new, past)
+        whole = ours(torch.cat((ids, new), dim=1))[:, -1]
+    assert [len(c) for c in past] == [3, 2, 3, 0, 0, 0]  # sliding, full, sliding, ()
+    assert [len(c) for c in after] == [3, 2, 3, 0, 0, 0]
+    torch.testing.assert_close(step[:, -1], whole, atol=TOL, rtol=0)
+    used = cache_bytes(ours, past)
+    assert used.layers[3:] == (0, 0, 0) and used.tokens == 12
+    # the same weights of layers 0-2 without sharing: their caches as large, the last
+    # three layers' no longer empty
+    unshared = copy.deepcopy(hf.config)
+    unshared.num_kv_shared_layers = 0
+    own = from_hf(randomize(type(hf)(unshared), 0).eval())
+    with torch.no_grad():
+        own_bytes = cache_bytes(own, own.decode(ids)[1])
+    assert own_bytes.layers[:3] == used.layers[:3]
+    assert min(own_bytes.layers[3:]) > 0
+    assert used.per_token < own_bytes.per_token
+
+
+def _reading_from(model: Decoder, layer: int) -> Decoder:
+    """The copy with the sliding layers' keys and values stored by ``layer`` instead
+    of the last sliding layer before the reusing ones."""
+    other = copy.deepcopy(model)
+    for block in other.blocks:
+        if block.sharing == "store" and block.window:
+            block.sharing = None
+    other.blocks[layer].sharing = "store"
+    return other
+
+
+def test_gemma4_reading_another_layers_keys_moves_the_logits() -> None:
+    hf = build("gemma4-kv-shared")
+    ours = from_hf(hf)
+    other = _reading_from(ours, 0)  # the first sliding layer, not the last
+    ids = tokens(2, LENGTH)
+    ref = hf_logits(hf, ids)
+    with torch.no_grad():
+        assert (ours(ids) - ref).abs().max().item() < TOL
+        assert (other(ids) - ref).abs().max().item() > 1e-2
+
+
+def test_gemma4_a_reusing_layers_cache_must_be_empty() -> None:
+    ours = from_hf(build("gemma4-kv-shared"))
+    with torch.no_grad():
+        _, past = ours.decode(tokens(1, 6))
+    bad = list(past)
+    bad[4] = past[1]  # a full layer's (key, value) where () belongs
+    with pytest.raises(ValueError, match=r"past\[4\] must be \(\) \(layer 4 reuses"):
+        ours.decode(tokens(1, 1), tuple(bad))
+
+
+def test_gemma4_reusing_blocks_need_the_calls_shared_keys() -> None:
+    ours = from_hf(build("gemma4-kv-shared"))
+    plain = Decoder(ours.spec, block=gemma4.Gemma4Block)  # not Gemma4Decoder
+    plain.load_state_dict(ours.state_dict())
+    with torch.no_grad(), pytest.raises(TypeError, match=r"shared must be a dict"):
+        plain(tokens(1, 4))
+    assert isinstance(ours, gemma4.Gemma4Decoder)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"kv_shared_layers": 6}, ValueError, r"kv_shared_layers must be an int <= 5"),
+        ({"kv_shared_layers": -1}, ValueError, r"kv_shared_layers must be"),
+        ({"kv_shared_layers": 1.5}, TypeError, r"kv_shared_layers must be"),
+        (
+            {"kv_shared_layers": 5},
+            ValueError,
+            r"kv_shared_layers must leave a layer of every type .* no full_attention",
+        ),
+        ({"double_wide_mlp": "yes"}, TypeError, r"double_wide_mlp must be a bool"),
+    ],
+)
+def test_gemma4_spec_checks_the_sharing(change, error, match) -> None:
+    spec = from_hf(build("gemma4-kv-shared")).spec
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    with pytest.raises(error, match=match):
+        gemma4.Gemma4Spec(**{**fields, **change})
+
+
+# ---- bad input -----------------------------------------------------------------------
+
+
+def _spec_fields(**change) -> dict:
+    spec = from_hf(build("gemma4-kv-shared")).spec
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    return {**fields, **change}
+
+
+BAD_INPUTS = [
+    (
+        "Gemma4Spec",
+        lambda: gemma4.Gemma4Spec(**_spec_fields(kv_shared_layers=6)),
+        ValueError,
+        r"^kv_shared_layers must be an int <= 5, got 6",
+    ),
+    (
+        "Gemma4Spec",
+        lambda: gemma4.Gemma4Spec(**_spec_fields(kv_shared_layers=5)),
+        ValueError,
+        r"^kv_shared_layers must leave a layer of every type",
+    ),
+    (
+        "Gemma4Spec",
+        lambda: gemma4.Gemma4Spec(**_spec_fields(double_wide_mlp=1)),
+        TypeError,
+        r"^double_wide_mlp must be a bool",
+    ),
+    (
+        "Gemma4Spec",
+        lambda: gemma4.Gemma4Spec(**_spec_fields(kv_from_keys=(7,))),
+        ValueError,
+        r"^kv_from_keys\[0\] must be an int <= 5",
+    ),
+    (
+        "Gemma4Spec",
+        lambda: gemma4.Gemma4Spec(**_spec_fields(global_head_dim=33)),
+        ValueError,
+        r"^global_head_dim must be even",
+    ),
+    (
+        "Gemma4Block",
+        lambda: gemma4.Gemma4Block(DecoderSpec(**_plain_fields()), 0),
+        TypeError,
+        r"^spec must be a Gemma4Spec",
+    ),
+    (
+        "Gemma4Block",
+        lambda: gemma4.Gemma4Block(gemma4.Gemma4Spec(**_spec_fields()), 6),
+        ValueError,
+        r"^layer must be an int <= 5, got 6",
+    ),
+    (
+        "Gemma4Decoder",
+        lambda: gemma4.Gemma4Decoder({"num_layers": 6}, block=gemma4.Gemma4Block),
+        TypeError,
+        r"^spec must be a DecoderSpec",
+    ),
+    (
+        "Gemma4Decoder",
+        lambda: gemma4.Gemma4Decoder(
+            gemma4.Gemma4Spec(**_spec_fields()), block=torch.nn.Linear
+        ),
+        TypeError,
+        r"^block must be DecoderBlock or a subclass",
+    ),
+]
+NO_BAD_INPUTS = {"PORTS": "the registry, a mapping read, not called"}
+
+
+def _plain_fields() -> dict:
+    plain = {f.name for f in dataclasses.fields(DecoderSpec)}
+    return {k: v for k, v in _spec_fields().items() if k in plain}
+
+
+@pytest.mark.parametrize(
+    ("name", "thunk", "error", "match"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS]
+)
+def test_bad_input_raises_a_clear_error(name: str, thunk, error, match: str) -> None:
+    with pytest.raises(error, match=match):
+        thunk()
+
+
+def test_validation_table_covers_the_public_api() -> None:
+    covered = {b[0] for b in BAD_INPUTS} | set(NO_BAD_INPUTS)
+    assert covered == set(gemma4.__all__)
