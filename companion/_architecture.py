@@ -2,8 +2,8 @@ r"""The decoder every family of :mod:`companion.decoder` builds: its spec, its l
 model (chapter :ref:`ch-real-models`).
 
 :class:`DecoderSpec` (in ``companion._spec``) is the record of what tells the families
-apart, checked field by field; :class:`DecoderBlock` one layer, the chapter's block in the open for every family;
-:class:`Decoder` the model, with its cache and masks. Nothing here knows Hugging Face:
+apart, checked field by field; :class:`DecoderBlock` one layer, the chapter's block in
+the open for every family; :class:`Decoder` the model, with its cache and masks. Nothing here knows Hugging Face:
 :mod:`companion.families` reads its models into these classes and
 :func:`companion.decoder.from_hf` is the entry point. Private: the documented names are
 :mod:`companion.decoder`'s, which re-exports them.
@@ -227,16 +227,14 @@ class DecoderBlock(nn.Module):
         Returns the output ``(B, L, E)`` and the layer's new cache: ``(key, value)``
         for a full layer; ``(key, value, seen)`` for a sliding one, holding only the
         last ``sliding_window - 1`` keys and values and, in the 0-d int64 ``seen``, how
-        many tokens the layer has seen. Four steps a subclass may override one by one:
+        many tokens the layer has seen. Five steps a subclass may override one by one:
         :meth:`queries`, :meth:`keys_values`, :meth:`extend` (the cache and the new
-        keys) and :meth:`present` (what the cache keeps).
+        keys), :meth:`attend` (the softmax) and :meth:`present` (what the cache keeps).
         """
         B, L, _ = x.shape
         k, v = self.keys_values(x, rope)
         k, v, seen = self.extend(k, v, past)
-        out = grouped_attention(  # (B, L, H, D)
-            self.queries(x, rope), k, v, mask, self.scale, self.spec.attn_softcap
-        )
+        out = self.attend(self.queries(x, rope), k, v, mask)  # (B, L, H, D)
         return self.o_proj(out.reshape(B, L, -1)), self.present(k, v, seen)
 
     def queries(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> Tensor:
@@ -285,6 +283,12 @@ class DecoderBlock(nn.Module):
             k = torch.cat((past[0], k), dim=2)  # (B, Hkv, S, D)
             v = torch.cat((past[1], v), dim=2)
         return k, v, seen
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """Queries ``(B, H, L, D)`` on keys and values ``(B, H_kv, S, D)`` under the
+        additive ``mask``: :func:`grouped_attention`, soft-capped where the spec says;
+        ``(B, L, H, D)``."""
+        return grouped_attention(q, k, v, mask, self.scale, self.spec.attn_softcap)
 
     def present(self, k: Tensor, v: Tensor, seen: int) -> tuple[Tensor, ...]:
         """The layer's new cache from the keys and values it attended to:

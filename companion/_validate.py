@@ -340,6 +340,18 @@ def size(name: str, value: Tensor, dim: int, expected: int, what: str = "") -> N
         )
 
 
+def per_seed(record: object, seeds_from: str, max_ndim: int) -> None:
+    """Every field of the dataclass ``record`` is a tensor of 1 to ``max_ndim`` axes
+    whose first axis counts the seeds, as many as the field ``seeds_from`` has (the
+    per-seed records of the trained chapters' measures)."""
+    fields = record.__dataclass_fields__  # type: ignore[attr-defined]
+    for name in fields:
+        tensor(name, getattr(record, name), min_ndim=1, max_ndim=max_ndim)
+    seeds = getattr(record, seeds_from).shape[0]
+    for name in fields:
+        size(name, getattr(record, name), 0, seeds, "one per seed")
+
+
 def even_size(name: str, value: Tensor, dim: int = -1, why: str = "") -> int:
     """``value.shape[dim]`` is even and positive; returns it."""
     n = value.shape[dim]

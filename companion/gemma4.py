@@ -42,7 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from companion import _validate
-from companion._architecture import Decoder, DecoderBlock, grouped_attention
+from companion._architecture import Decoder, DecoderBlock
 from companion._spec import DecoderSpec
 from companion.families import (
     Port,
@@ -219,9 +219,7 @@ class Gemma4Block(DecoderBlock):
             k, v, seen = self.extend(*self.keys_values(x, rope), past)
             shared[kind] = k, v
             present = self.present(k, v, seen)
-        out = grouped_attention(  # (B, L, H, D)
-            self.queries(x, rope), k, v, mask, self.scale, self.spec.attn_softcap
-        )
+        out = self.attend(self.queries(x, rope), k, v, mask)  # (B, L, H, D)
         return self.o_proj(out.reshape(B, L, -1)), present
 
     def check_past(self, past: object, batch: int) -> int | None:

@@ -34,8 +34,9 @@ RoPE in the ``"half"`` layout) and changes three things, read from Hugging Face'
 
 :data:`PORTS` holds the port :func:`companion.decoder.from_hf` finds for
 ``GptOssForCausalLM``: :class:`GptOssSpec` and :class:`GptOssBlock`, which overrides
-the attention step (the sink column) and the MLP step (the experts); the norms,
-residuals, masks, embeddings, RoPE table and cache are the parent's. The config's
+the softmax step, ``attend`` (the sink column), and the MLP step (the experts); the
+norms, residuals, masks, embeddings, projections, RoPE table and cache are the
+parent's. The config's
 ``hidden_act`` is not read (Hugging Face's experts use the clamped SwiGLU whatever it
 says). Refused by name: a quantized checkpoint (``quantization_config``), a RoPE type
 not in ``companion.decoder.ROPE_TYPES``, layer types other than ``full_attention`` and
@@ -63,7 +64,6 @@ from companion.families import (
     copy_weight,
     unsupported,
 )
-from companion.rope import apply_rope
 
 __all__ = [
     "PORTS",
@@ -210,9 +210,10 @@ class GptOssBlock(DecoderBlock):
     r"""One GPT-OSS layer: :class:`~companion.decoder.DecoderBlock` with GPT-OSS's
     attention and MLP steps.
 
-    :meth:`attention`: the parent's projections (with biases) and RoPE, the cache
-    (``(key, value)``, or in a sliding layer the rolling ``(key, value, seen)``), and
-    the softmax with the head's sink column ``sinks`` ``(H,)``
+    :meth:`attend`, the one step of the parent's attention it overrides (the
+    projections with biases, RoPE, the cache, ``(key, value)`` or in a sliding layer
+    the rolling ``(key, value, seen)``, are the parent's): the softmax with the head's
+    sink column ``sinks`` ``(H,)``
     (:func:`companion.masks.attention_with_sinks`, grouped key heads shared as
     ``repeat_kv``). A query whose keys are all masked (a padding query) puts all its
     mass on the sink: output zero.
@@ -245,38 +246,13 @@ class GptOssBlock(DecoderBlock):
         self.experts_down = nn.Parameter(torch.zeros(n, inner, e))
         self.experts_down_bias = nn.Parameter(torch.zeros(n, e))
 
-    def attention(
-        self,
-        x: Tensor,
-        rope: tuple[Tensor, Tensor] | None,
-        mask: Tensor,
-        past: tuple[Tensor, ...] | None,
-    ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """Attention with sinks of the normalized ``x`` ``(B, L, E)`` over the cache and
-        itself; the output ``(B, L, E)`` and the layer's cache."""
-        s = self.spec
-        B, L, _ = x.shape
-        H, Hkv, D = s.num_heads, s.num_kv_heads, s.head_dim
-        q = self.q_proj(x).view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
-        k = self.k_proj(x).view(B, L, Hkv, D).transpose(1, 2)  # (B, Hkv, L, D)
-        v = self.v_proj(x).view(B, L, Hkv, D).transpose(1, 2)  # (B, Hkv, L, D)
-        if rope is not None:  # before caching: keys keep their positions
-            q = apply_rope(q, *rope, layout=s.rope_layout)
-            k = apply_rope(k, *rope, layout=s.rope_layout)
-        seen = L
-        if past is not None:
-            k = torch.cat((past[0], k), dim=2)  # (B, Hkv, S, D)
-            v = torch.cat((past[1], v), dim=2)
-            seen += int(past[2]) if self.window else past[0].shape[2]
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """The parent's attention step with the head's sink column: queries
+        ``(B, H, L, D)`` on keys and values ``(B, H_kv, S, D)``; ``(B, L, H, D)``."""
         out = masks.attention_with_sinks(
             q, k, v, self.sinks, mask=mask, scale=self.scale
-        )  # (B, H, L, D)
-        out = out.transpose(1, 2).reshape(B, L, H * D)
-        if self.window:  # the parent's rolling cache: the keys the next query can see
-            keep = min(self.window - 1, k.shape[2])
-            k, v = k[:, :, k.shape[2] - keep :], v[:, :, v.shape[2] - keep :]
-            return self.o_proj(out), (k, v, torch.tensor(seen, device=k.device))
-        return self.o_proj(out), (k, v)
+        )
+        return out.transpose(1, 2)  # (B, L, H, D)
 
     def mlp(self, x: Tensor) -> Tensor:
         r"""The mixture of experts: :math:`\sum_{e \in \text{top-}k} w_e\,

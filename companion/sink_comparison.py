@@ -506,11 +506,7 @@ class SinkMeasures:
     reading: torch.Tensor
 
     def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            _validate.tensor(name, getattr(self, name), min_ndim=1, max_ndim=3)
-        seeds = self.lowest.shape[0]
-        for name in self.__dataclass_fields__:
-            _validate.size(name, getattr(self, name), 0, seeds, "one per seed")
+        _validate.per_seed(self, "lowest", max_ndim=3)
 
 
 def _sink_share(net: SinkTransformer, ids: torch.Tensor) -> torch.Tensor:

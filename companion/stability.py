@@ -209,11 +209,7 @@ class StabilityMeasures:
     gain: torch.Tensor
 
     def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            _validate.tensor(name, getattr(self, name), min_ndim=1, max_ndim=2)
-        seeds = self.final.shape[0]
-        for name in self.__dataclass_fields__:
-            _validate.size(name, getattr(self, name), 0, seeds, "one per seed")
+        _validate.per_seed(self, "final", max_ndim=2)
 
 
 @torch.no_grad()

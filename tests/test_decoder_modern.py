@@ -25,7 +25,16 @@ from torch import nn
 pytest.importorskip("transformers")
 
 import transformers
-from test_decoder import IDS, NEW, PROMPT, TOL, VOCAB, randomize, tokens
+from test_decoder import (
+    IDS,
+    NEW,
+    PROMPT,
+    TOL,
+    VOCAB,
+    assert_bfloat16_within_rounding,
+    randomize,
+    tokens,
+)
 from test_decoder import VARIANTS as OLD
 
 from companion import decoder
@@ -740,16 +749,7 @@ def test_unsupported_options_of_the_new_families_are_refused_by_name() -> None:
 
 @pytest.mark.parametrize("name", ["gemma2", "olmo2", "qwen3", "phi3"])
 def test_bfloat16_copy_is_as_close_to_hugging_face_as_its_rounding(name: str) -> None:
-    # within twice the distance between Hugging Face's bfloat16 and float32 logits
-    hf = build(name).to(torch.bfloat16)
-    ids = tokens(2, 24)
-    with torch.no_grad():
-        expected = hf(ids).logits.float()
-        got = from_hf(hf)(ids)
-        exact = from_hf(build(name))(ids)
-    assert got.dtype == torch.bfloat16
-    rounding = (expected - exact).abs().max()
-    assert (got.float() - expected).abs().max() <= 2 * rounding
+    assert_bfloat16_within_rounding(build, name)
 
 
 # ---- a family that is not built in, one Port away: StableLM --------------------------

@@ -43,7 +43,14 @@ import torch
 pytest.importorskip("transformers")
 
 import transformers
-from test_decoder import NEW, PROMPT, TOL, randomize, tokens
+from test_decoder import (
+    NEW,
+    PROMPT,
+    TOL,
+    assert_bfloat16_within_rounding,
+    randomize,
+    tokens,
+)
 from test_decoder_modern import (
     BASE,
     WINDOW,
@@ -454,17 +461,7 @@ def test_gemma4_full_layers_have_their_own_head_width() -> None:
 
 @pytest.mark.parametrize("name", list(GEMMA4))
 def test_gemma4_bfloat16_copy_is_as_close_to_hugging_face_as_its_rounding(name) -> None:
-    # as tests/test_decoder.py's: within twice the distance between Hugging Face's
-    # bfloat16 and float32 logits
-    hf = build(name).to(torch.bfloat16)
-    ids = tokens(2, LENGTH)
-    with torch.no_grad():
-        expected = hf(ids).logits.float()
-        got = from_hf(hf)(ids)
-        exact = from_hf(build(name))(ids)
-    assert got.dtype == torch.bfloat16
-    rounding = (expected - exact).abs().max()
-    assert (got.float() - expected).abs().max() <= 2 * rounding, rounding
+    assert_bfloat16_within_rounding(build, name, LENGTH)
 
 
 # ---- Gemma 4's shared keys and values (num_kv_shared_layers) --------------------------
