@@ -606,8 +606,9 @@ class Decoder(nn.Module):
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
         """Layer ``i`` in one call of :meth:`decode`: ``self.blocks[i](x, rope, mask,
         past)``. ``scratch`` is a dict that lives for that one call, for a subclass
-        whose layers hand tensors on to later ones (``companion.families``'
-        ``Gemma4Decoder``: the keys and values its last layers reuse)."""
+        whose layers hand tensors on to later ones
+        (:class:`companion.gemma4.Gemma4Decoder`: the keys and values its last layers
+        reuse)."""
         return self.blocks[i](x, rope, mask, past)
 
     def _mask(

@@ -250,6 +250,16 @@ class Gemma4Decoder(Decoder):
     layers leave their keys and values for the reusing ones (Hugging Face's
     ``shared_kv_states``). A spec without ``kv_shared_layers`` runs as the base."""
 
+    def __init__(
+        self, spec: DecoderSpec, block: type[DecoderBlock] = Gemma4Block
+    ) -> None:
+        if not (isinstance(block, type) and issubclass(block, Gemma4Block)):
+            raise TypeError(
+                "block must be Gemma4Block or a subclass of it (the class), got "
+                f"{_validate.describe(block)}"
+            )
+        super().__init__(spec, block)
+
     def layer(self, i, x, rope, mask, past, scratch):
         """Layer ``i`` with the call's shared keys and values."""
         return self.blocks[i](x, rope, mask, past, shared=scratch)
@@ -261,10 +271,9 @@ def spec_gemma4(model: nn.Module) -> dict[str, Any]:
     layers of the published configs) with the gain-only RMSNorm (``"torch"``), score
     scale 1, values normed per head and ``kv_from_keys`` from ``attention_k_eq_v``.
     The full layers' head width and key/value heads are read per layer
-    (``global_head_dim``, ``num_global_key_value_heads``). Refused by name: per-layer
-    inputs, layers sharing another's keys and values, a mixture of experts,
-    bidirectional attention. Layers that share another's keys and values are read
-    (``kv_shared_layers``, ``double_wide_mlp``)."""
+    (``global_head_dim``, ``num_global_key_value_heads``), and the layers that share
+    another's keys and values (``kv_shared_layers``, ``double_wide_mlp``). Refused by
+    name: per-layer inputs, a mixture of experts, bidirectional attention."""
     c = model.config
     refuse = {
         "hidden_size_per_layer_input": getattr(c, "hidden_size_per_layer_input", 0),

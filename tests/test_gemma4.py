@@ -64,6 +64,7 @@ from companion import families, gemma4
 from companion.decoder import (
     PORTS,
     Decoder,
+    DecoderBlock,
     DecoderSpec,
     cache_bytes,
     from_hf,
@@ -119,7 +120,7 @@ def _gemma4(**kw) -> tuple:
         BASE,
         num_hidden_layers=4,
         head_dim=16,
-        global_head_dim=16,  # Hugging Face's default 512: refused (a wider head)
+        global_head_dim=16,  # Hugging Face's default 512 (copied, but slow here)
         sliding_window=WINDOW,
         layer_types=["sliding_attention", "full_attention"] * 2,
         hidden_size_per_layer_input=0,  # Hugging Face's default 256: refused
@@ -653,7 +654,15 @@ BAD_INPUTS = [
             gemma4.Gemma4Spec(**_spec_fields()), block=torch.nn.Linear
         ),
         TypeError,
-        r"^block must be DecoderBlock or a subclass",
+        r"^block must be Gemma4Block or a subclass",
+    ),
+    (
+        "Gemma4Decoder",
+        lambda: gemma4.Gemma4Decoder(
+            gemma4.Gemma4Spec(**_spec_fields()), block=DecoderBlock
+        ),
+        TypeError,
+        r"^block must be Gemma4Block or a subclass of it \(the class\), got",
     ),
 ]
 NO_BAD_INPUTS = {"PORTS": "the registry, a mapping read, not called"}
@@ -675,3 +684,29 @@ def test_bad_input_raises_a_clear_error(name: str, thunk, error, match: str) -> 
 def test_validation_table_covers_the_public_api() -> None:
     covered = {b[0] for b in BAD_INPUTS} | set(NO_BAD_INPUTS)
     assert covered == set(gemma4.__all__)
+
+
+def test_gemma4_reusing_layers_read_the_keys_attended_to_not_the_rolling_cache() -> (
+    None
+):
+    # one token past a full window: the storing sliding layer keeps W - 1 keys after the
+    # call but attended to W (its W - 1 cached ones and the new one); the reusing layers
+    # get those W, as Hugging Face's shared_kv_states holds them
+    ours = from_hf(build("gemma4-kv-shared"))
+    handed = {}
+    store = ours.blocks[2]  # the last sliding layer before the reusing ones
+    assert store.sharing == "store" and store.window == WINDOW
+    real_attention = store.attention
+
+    def attention(x, rope, mask, past, shared=None):
+        out, present = real_attention(x, rope, mask, past, shared=shared)
+        handed["keys"], handed["cache"] = shared["sliding_attention"][0], present[0]
+        return out, present
+
+    store.attention = attention
+    with torch.no_grad():
+        _, past = ours.decode(tokens(1, 12))
+        ours.decode(tokens(1, 1, seed=5), past)
+    assert handed["keys"].shape[2] == WINDOW  # W - 1 cached + 1 new
+    assert handed["cache"].shape[2] == WINDOW - 1
+    torch.testing.assert_close(handed["keys"][:, :, 1:], handed["cache"])
