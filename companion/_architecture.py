@@ -286,7 +286,7 @@ class DecoderBlock(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """Queries ``(B, H, L, D)`` on keys and values ``(B, H_kv, S, D)`` under the
-        additive ``mask``: :func:`grouped_attention`, soft-capped where the spec says;
+        additive ``mask``: ``grouped_attention``, soft-capped where the spec says;
         ``(B, L, H, D)``."""
         return grouped_attention(q, k, v, mask, self.scale, self.spec.attn_softcap)
 

@@ -9,7 +9,7 @@ Face's ``Gemma4TextConfig``:
 * **Proportional RoPE** in the full layers (``rope_type="proportional"``): p-RoPE over
   the whole head, :func:`companion.rope_variants.p_rope_frequencies`, the number of
   turning pairs :math:`\lfloor pD/2 \rfloor` as Hugging Face floors it.
-* **Values normed per head** by an RMSNorm without gain (:class:`HeadNormedValues`,
+* **Values normed per head** by an RMSNorm without gain (``HeadNormedValues``,
   Hugging Face's ``v_norm``), the gain-only RMSNorm elsewhere (``rms_variant="torch"``)
   and a score scale of 1 (the QK-norm sets the scores' size).
 * **Keys as values** (``attention_k_eq_v``): in the full layers the value is the key
@@ -27,7 +27,7 @@ Face's ``Gemma4TextConfig``:
 * **A scalar per layer** multiplies the block's output (Hugging Face's
   ``layer_scalar`` buffer).
 
-Refused by name (:func:`spec_gemma4`): per-layer inputs
+Refused by name (``spec_gemma4``): per-layer inputs
 (``hidden_size_per_layer_input``), a mixture of experts, bidirectional attention.
 Tested against Hugging Face in ``tests/test_gemma4.py``.
 """
@@ -171,7 +171,7 @@ class HeadNormedValues(nn.Module):
 
 class Gemma4Block(DecoderBlock):
     """Gemma 3's block (:class:`~companion.decoder.DecoderBlock`, sandwich norms,
-    QK-norm per head) with Gemma 4's values (:class:`HeadNormedValues`; in the layers of
+    QK-norm per head) with Gemma 4's values (``HeadNormedValues``; in the layers of
     ``kv_from_keys`` the key projection's output) and its output times the layer's
     scalar (Hugging Face's ``layer_scalar`` buffer, copied); built from its layer's
     spec (:meth:`Gemma4Spec.layer_spec`: a full layer's head width and key/value
@@ -377,4 +377,4 @@ PORTS: dict[str, Port] = {
 }
 """The port :func:`~companion.decoder.from_hf` finds for ``Gemma4ForCausalLM`` (after
 ``companion.families.HYBRID_PORTS``): :class:`Gemma4Spec`, :class:`Gemma4Block` and
-:class:`Gemma4Decoder`; what it refuses is listed in :func:`spec_gemma4`."""
+:class:`Gemma4Decoder`; what it refuses is listed in ``spec_gemma4``."""
